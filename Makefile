@@ -1,0 +1,32 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint typecheck migrate clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# a topic to point consumers at right away; COORD_TOPICS=... make run overrides it
+run: export COORD_TOPICS ?= demo:6
+run: install
+	mkdir -p data
+	$(VENV)/bin/coordinator serve
+
+migrate: install
+	$(VENV)/bin/coordinator migrate
+
+lint: install
+	$(VENV)/bin/ruff check app storage api pipeline bench tests
+	$(VENV)/bin/mypy
+
+test: install lint
+	$(PY) -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) data
