@@ -1,0 +1,267 @@
+"""Small, version-free request and response types the core understands.
+
+`app/kafka` maps every wire version to and from these; the core sees capability flags
+(`require_known_member_id`, `supports_skip_assignment`), never version numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Error(IntEnum):
+    """Kafka error codes used by the coordinator (spec §0)."""
+
+    NONE = 0
+    UNKNOWN_SERVER_ERROR = -1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    UNSTABLE_OFFSET_COMMIT = 88
+
+
+# --- JoinGroup -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int  # v0 has none: the edge passes the session timeout
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata) in the member's preference order
+    client_id: str = ""
+    client_host: str = ""
+    reason: str | None = None
+    require_known_member_id: bool = True  # v4+ without instance id (KIP-394)
+    supports_skip_assignment: bool = False  # v9+ (KIP-814)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    error: Error
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    member_id: str = ""
+    members: tuple[JoinGroupMember, ...] = ()
+
+
+# --- SyncGroup -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None  # v5+ only; None = not provided
+    protocol_name: str | None = None
+    assignments: tuple[tuple[str, bytes], ...] = ()  # (member_id, assignment), leader only
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error: Error
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+# --- Heartbeat -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error: Error
+
+
+# --- LeaveGroup ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMember:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    group_id: str
+    members: tuple[LeaveMember, ...]  # v0-v2: one element
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMemberResponse:
+    member_id: str
+    group_instance_id: str | None
+    error: Error
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    error: Error
+    members: tuple[LeaveMemberResponse, ...] = ()
+
+
+# --- OffsetCommit ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    generation_id: int  # -1: commit without group membership (simple/admin commit)
+    member_id: str
+    group_instance_id: str | None
+    partitions: tuple[OffsetCommitPartition, ...]
+    retention_time_ms: int = -1  # v2-v4 only; -1 = broker default
+    # v9+ (KIP-848 era): an unknown group with generation >= 0 answers GROUP_ID_NOT_FOUND
+    unknown_group_not_found: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    topic: str
+    partition: int
+    error: Error
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    partitions: tuple[PartitionResult, ...]
+
+
+# --- OffsetFetch -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    group_id: str
+    partitions: tuple[tuple[str, int], ...] | None  # None = every committed partition (v2+)
+    require_stable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: Error = Error.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    group_id: str
+    error: Error
+    partitions: tuple[FetchedOffset, ...] = ()
+
+
+# --- DescribeGroups / ListGroups / DeleteGroups ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: Error
+    state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[DescribedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    states_filter: tuple[str, ...] = ()
+    types_filter: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    error: Error
+    groups: tuple[ListedGroup, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupResult:
+    group_id: str
+    error: Error
+
+
+# --- admin operations (no Kafka API: the project's own) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AdminResult:
+    error: Error
+    message: str = ""

@@ -1,0 +1,353 @@
+"""Event-log records and their versioned binary encoding.
+
+A record is (type, key, value); value None is a tombstone. Keys and values start with an int16
+version, like Kafka's `__consumer_offsets` records, so later fields can be appended: a reader
+decodes the fields it knows for the version it finds and ignores trailing bytes it does not.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class RecordType(IntEnum):
+    GROUP_METADATA = 1
+    OFFSET_COMMIT = 2
+    TOPIC = 3
+    STATIC_REGISTRATION = 4  # static members registered ahead of a scale-up (admin API)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What the core asks the log to append, and what replay() consumes."""
+
+    type: RecordType
+    key: bytes
+    value: bytes | None  # None = tombstone
+
+
+# --- a tiny big-endian codec -------------------------------------------------------------------
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class _Writer:
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def i16(self, v: int) -> _Writer:
+        self.parts.append(_I16.pack(v))
+        return self
+
+    def i32(self, v: int) -> _Writer:
+        self.parts.append(_I32.pack(v))
+        return self
+
+    def i64(self, v: int) -> _Writer:
+        self.parts.append(_I64.pack(v))
+        return self
+
+    def bytes_(self, v: bytes | None) -> _Writer:
+        if v is None:
+            self.parts.append(_I32.pack(-1))
+        else:
+            self.parts.append(_I32.pack(len(v)))
+            self.parts.append(v)
+        return self
+
+    def str_(self, v: str | None) -> _Writer:
+        return self.bytes_(None if v is None else v.encode())
+
+    def done(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def i16(self) -> int:
+        (v,) = _I16.unpack_from(self.buf, self.pos)
+        self.pos += 2
+        return int(v)
+
+    def i32(self) -> int:
+        (v,) = _I32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return int(v)
+
+    def i64(self) -> int:
+        (v,) = _I64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return int(v)
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        if n < 0:
+            return None
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError("truncated record")
+        v = self.buf[self.pos : end]
+        self.pos = end
+        return bytes(v)
+
+    def str_(self) -> str | None:
+        b = self.bytes_()
+        return None if b is None else b.decode()
+
+    def req_bytes(self) -> bytes:
+        b = self.bytes_()
+        return b if b is not None else b""
+
+    def req_str(self) -> str:
+        s = self.str_()
+        return s if s is not None else ""
+
+
+# --- keys ----------------------------------------------------------------------------------------
+
+KEY_VERSION = 0
+
+
+def group_key(group_id: str) -> bytes:
+    return _Writer().i16(KEY_VERSION).str_(group_id).done()
+
+
+def offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    return _Writer().i16(KEY_VERSION).str_(group_id).str_(topic).i32(partition).done()
+
+
+def topic_key(name: str) -> bytes:
+    return _Writer().i16(KEY_VERSION).str_(name).done()
+
+
+def decode_group_key(key: bytes) -> str:
+    r = _Reader(key)
+    r.i16()
+    return r.req_str()
+
+
+def decode_offset_key(key: bytes) -> tuple[str, str, int]:
+    r = _Reader(key)
+    r.i16()
+    return r.req_str(), r.req_str(), r.i32()
+
+
+def decode_topic_key(key: bytes) -> str:
+    return decode_group_key(key)
+
+
+# --- values --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes  # metadata for the selected protocol
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str  # "" = none
+    generation: int
+    protocol_name: str | None
+    leader: str | None
+    current_state_timestamp: int  # -1 = unknown
+    members: tuple[MemberValue, ...]
+    # v1: what started the rebalance that produced this generation, and when (-1 = unknown)
+    rebalance_reason: str | None = None
+    rebalance_started_ms: int = -1
+    # v2: this record persists a static leader's replacement in Stable whose JoinGroup was
+    # answered with SkipAssignment (KIP-814); False for every other record
+    skip_assignment: bool = False
+
+
+GROUP_VALUE_VERSION = 2
+
+
+def encode_group_value(v: GroupMetadataValue) -> bytes:
+    w = _Writer().i16(GROUP_VALUE_VERSION)
+    w.str_(v.protocol_type).i32(v.generation).str_(v.protocol_name).str_(v.leader)
+    w.i64(v.current_state_timestamp).i32(len(v.members))
+    for m in v.members:
+        w.str_(m.member_id).str_(m.group_instance_id).str_(m.client_id).str_(m.client_host)
+        w.i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms)
+        w.bytes_(m.subscription).bytes_(m.assignment)
+    w.str_(v.rebalance_reason).i64(v.rebalance_started_ms)
+    w.i16(1 if v.skip_assignment else 0)
+    return w.done()
+
+
+def decode_group_value(buf: bytes) -> GroupMetadataValue:
+    r = _Reader(buf)
+    version = r.i16()  # each version appends fields to the previous layout
+    protocol_type = r.req_str()
+    generation = r.i32()
+    protocol_name = r.str_()
+    leader = r.str_()
+    ts = r.i64()
+    members = []
+    for _ in range(r.i32()):
+        members.append(
+            MemberValue(
+                member_id=r.req_str(),
+                group_instance_id=r.str_(),
+                client_id=r.req_str(),
+                client_host=r.req_str(),
+                rebalance_timeout_ms=r.i32(),
+                session_timeout_ms=r.i32(),
+                subscription=r.req_bytes(),
+                assignment=r.req_bytes(),
+            )
+        )
+    reason, started = (r.str_(), r.i64()) if version >= 1 else (None, -1)
+    skip = r.i16() != 0 if version >= 2 else False
+    return GroupMetadataValue(
+        protocol_type, generation, protocol_name, leader, ts, tuple(members), reason, started, skip
+    )
+
+
+# OffsetValue.source: who committed (v1)
+OFFSET_SOURCE_MEMBER = 0  # a group member, or anyone committing while the group has members
+# generation -1 without a member to an Empty group: an offset reset (the admin API,
+# kafka-consumer-groups --reset-offsets) or a group-less consumer; Kafka's protocol does not
+# tell these apart
+OFFSET_SOURCE_RESET = 1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int  # -1 = none
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int  # -1 = none (expires by the retention rules of spec §5.3)
+    source: int = OFFSET_SOURCE_MEMBER  # v1
+
+
+OFFSET_VALUE_VERSION = 1  # the highest version; each value is written in the lowest that holds it
+
+
+def encode_offset_value(v: OffsetValue) -> bytes:
+    # members' commits (the hot path) stay v0, byte for byte; only resets need v1
+    version = 0 if v.source == OFFSET_SOURCE_MEMBER else 1
+    w = _Writer().i16(version).i64(v.offset).i32(v.leader_epoch)
+    w.str_(v.metadata).i64(v.commit_timestamp).i64(v.expire_timestamp)
+    if version >= 1:
+        w.i16(v.source)
+    return w.done()
+
+
+def decode_offset_value(buf: bytes) -> OffsetValue:
+    r = _Reader(buf)
+    version = r.i16()
+    offset, epoch, metadata, committed, expires = r.i64(), r.i32(), r.req_str(), r.i64(), r.i64()
+    source = r.i16() if version >= 1 else OFFSET_SOURCE_MEMBER
+    return OffsetValue(offset, epoch, metadata, committed, expires, source)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicValue:
+    partitions: int
+
+
+TOPIC_VALUE_VERSION = 0
+
+
+def encode_topic_value(v: TopicValue) -> bytes:
+    return _Writer().i16(TOPIC_VALUE_VERSION).i32(v.partitions).done()
+
+
+def decode_topic_value(buf: bytes) -> TopicValue:
+    r = _Reader(buf)
+    r.i16()
+    return TopicValue(r.i32())
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationValue:
+    """Static members expected to join (addMembersToGroup). An empty `expected` closes the
+    registration; `dropped` then names the instances that never arrived in time."""
+
+    expected: tuple[str, ...]
+    expansion_timeout_ms: int
+    registered_ms: int
+    expansion_started_ms: int  # first JoinGroup of a registered instance; -1 = not yet
+    dropped: tuple[str, ...] = ()
+
+
+REGISTRATION_VALUE_VERSION = 0
+
+
+def encode_registration_value(v: RegistrationValue) -> bytes:
+    w = _Writer().i16(REGISTRATION_VALUE_VERSION).i32(len(v.expected))
+    for instance in v.expected:
+        w.str_(instance)
+    w.i32(v.expansion_timeout_ms).i64(v.registered_ms).i64(v.expansion_started_ms)
+    w.i32(len(v.dropped))
+    for instance in v.dropped:
+        w.str_(instance)
+    return w.done()
+
+
+def decode_registration_value(buf: bytes) -> RegistrationValue:
+    r = _Reader(buf)
+    r.i16()
+    expected = tuple(r.req_str() for _ in range(r.i32()))
+    timeout, registered, started = r.i32(), r.i64(), r.i64()
+    dropped = tuple(r.req_str() for _ in range(r.i32()))
+    return RegistrationValue(expected, timeout, registered, started, dropped)
+
+
+# --- record constructors -------------------------------------------------------------------------
+
+
+def group_record(group_id: str, value: GroupMetadataValue | None) -> Record:
+    body = None if value is None else encode_group_value(value)
+    return Record(RecordType.GROUP_METADATA, group_key(group_id), body)
+
+
+def offset_record(group_id: str, topic: str, partition: int, value: OffsetValue | None) -> Record:
+    body = None if value is None else encode_offset_value(value)
+    return Record(RecordType.OFFSET_COMMIT, offset_key(group_id, topic, partition), body)
+
+
+def registration_record(group_id: str, value: RegistrationValue | None) -> Record:
+    body = None if value is None else encode_registration_value(value)
+    return Record(RecordType.STATIC_REGISTRATION, group_key(group_id), body)
+
+
+def topic_record(name: str, value: TopicValue | None) -> Record:
+    body = None if value is None else encode_topic_value(value)
+    return Record(RecordType.TOPIC, topic_key(name), body)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's placement: abs(hashCode) % partitions, abs(INT_MIN) taken as 0 (spec §6)."""
+    h = java_string_hash(group_id)
+    return 0 if h == -(1 << 31) else abs(h) % partitions

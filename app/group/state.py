@@ -1,0 +1,263 @@
+"""Group and member state (spec §1). Plain data plus the few invariants Kafka keeps on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from app.group.records import OffsetValue
+
+
+class GroupState(StrEnum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# spec §1: allowed predecessors of each state
+VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(GroupState),
+}
+
+
+class IllegalStateTransition(RuntimeError):
+    pass
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    awaiting_join: int | None = None  # handle of the parked JoinGroup
+    awaiting_sync: int | None = None  # handle of the parked SyncGroup
+    is_new: bool = False
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+    def matches(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+        # spec §2.4: same names, same order, byte-equal metadata
+        return self.protocols == protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise IllegalStateTransition(f"member {self.member_id} supports none of {candidates}")
+
+
+@dataclass(slots=True)
+class DurableStatic:
+    """The durable identity of a static member while replacements of it are being written.
+
+    Replacements can chain (O -> N1 -> N2) before their writes complete; a failed write must
+    revert to what the log holds (O, or N1 if N1's write succeeded), not to the previous
+    in-memory id (spec §2.3, DESIGN: write, then reply)."""
+
+    member_id: str
+    protocols: tuple[tuple[str, bytes], ...]
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    in_flight: int = 0
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    state_timestamp: int | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    generation: int = 0
+    leader_id: str | None = None
+    # insertion-ordered: "oldest member" is the deterministic leader fallback (spec §1)
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: set[str] = field(default_factory=set)
+    pending_sync: set[str] = field(default_factory=set)
+    protocol_support: dict[str, int] = field(default_factory=dict)
+    awaiting_join_count: int = 0
+    new_member_added: bool = False
+    previous_state: GroupState = GroupState.EMPTY
+    # join timer: "initial" windows (spec §2.7) or a plain rebalance-timeout "rebalance" timer
+    join_timer_kind: str | None = None
+    initial_window_ms: int = 0
+    initial_remaining_ms: int = 0
+    # generation whose leader assignment is being written (one write per generation)
+    assignment_write_generation: int | None = None
+    # instance id -> durable identity, while static-replacement writes are in flight
+    static_in_flight: dict[str, DurableStatic] = field(default_factory=dict)
+    # why and when the current/last rebalance started (GroupMetadataValue v1)
+    rebalance_reason: str | None = None
+    rebalance_started_ms: int = -1
+    # static members registered ahead of a scale-up that have not joined yet (admin API)
+    registered: dict[str, None] = field(default_factory=dict)
+    registration_batch: tuple[str, ...] = ()  # the open registration, as persisted
+    registration_timeout_ms: int = 0
+    registered_ms: int = -1
+    expansion_started_ms: int = -1  # first JoinGroup of a registered instance
+    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def transition(self, target: GroupState, now: int) -> None:
+        if self.state not in VALID_PREVIOUS[target]:
+            raise IllegalStateTransition(f"{self.group_id}: {self.state.value} -> {target.value}")
+        self.previous_state = self.state
+        self.state = target
+        self.state_timestamp = now
+
+    def is_(self, state: GroupState) -> bool:
+        return self.state is state
+
+    # -- members ----------------------------------------------------------------------------
+
+    def add(self, member: Member) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self._count(member, +1)
+        if member.awaiting_join is not None:
+            self.awaiting_join_count += 1
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        self._count(member, -1)
+        if member.awaiting_join is not None:
+            self.awaiting_join_count -= 1
+        if (
+            member.group_instance_id is not None
+            and self.static_members.get(member.group_instance_id) == member_id
+        ):
+            del self.static_members[member.group_instance_id]
+            # a later member with this instance id starts a new identity history
+            self.static_in_flight.pop(member.group_instance_id, None)
+        self.pending_sync.discard(member_id)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)  # oldest remaining member
+        return member
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
+        """Re-key a static member to its new id, keeping its place in the member order."""
+        member = self.members[old_id]
+        self.members = {(new_id if k == old_id else k): v for k, v in self.members.items()}
+        member.member_id = new_id
+        self.static_members[instance_id] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
+        return member
+
+    def update_protocols(self, member: Member, protocols: tuple[tuple[str, bytes], ...]) -> None:
+        self._count(member, -1)
+        member.protocols = protocols
+        self._count(member, +1)
+
+    def set_awaiting_join(self, member: Member, handle: int | None) -> None:
+        if member.awaiting_join is None and handle is not None:
+            self.awaiting_join_count += 1
+        elif member.awaiting_join is not None and handle is None:
+            self.awaiting_join_count -= 1
+        member.awaiting_join = handle
+
+    def _count(self, member: Member, delta: int) -> None:
+        for name, _ in member.protocols:
+            n = self.protocol_support.get(name, 0) + delta
+            if n:
+                self.protocol_support[name] = n
+            else:
+                self.protocol_support.pop(name, None)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def expansion_holds_join(self, now: int) -> bool:
+        """A registered scale-up is under way: the join phase waits for the rest of it."""
+        return (
+            bool(self.registered)
+            and self.expansion_started_ms >= 0
+            and now < self.expansion_started_ms + self.registration_timeout_ms
+        )
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.awaiting_join_count and not self.pending_members
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def supports_protocols(self, protocol_type: str, names: list[str]) -> bool:
+        if self.state is GroupState.EMPTY:
+            return bool(protocol_type) and bool(names)
+        n = len(self.members)
+        return self.protocol_type == protocol_type and any(
+            self.protocol_support.get(name, 0) == n for name in names
+        )
+
+    def select_protocol(self) -> str:
+        """spec §2.6: vote among protocols every member supports.
+
+        Ties (unspecified in Kafka) go to the candidate the oldest member prefers most, which
+        is deterministic and usually the group's established choice.
+        """
+        n = len(self.members)
+        candidates = {name for name, count in self.protocol_support.items() if count == n}
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = m.vote(candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        best = max(votes.values())
+        oldest = next(iter(self.members.values()))
+        for name, _ in oldest.protocols:
+            if votes.get(name) == best:
+                return name
+        raise IllegalStateTransition("protocol vote found no winner")  # unreachable
+
+    def can_rebalance(self) -> bool:
+        return self.state in (
+            GroupState.STABLE,
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.EMPTY,
+        )
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics of every member's consumer-protocol subscription; None if not parseable."""
+        from app.group.consumer_protocol import subscription_topics
+
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for m in self.members.values():
+            parsed = subscription_topics(m.metadata(self.protocol_name))
+            if parsed is None:
+                return None
+            topics.update(parsed)
+        return topics
