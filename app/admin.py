@@ -1,0 +1,393 @@
+"""The admin facade: what the REST API and the CLI can do, in Kafka's terms.
+
+Routers parse and format; every rule lives here or in the core. Views read the pure core's
+state; changes go through the core like any Kafka request (write, then reply).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from app.group.consumer_protocol import decode_assignment, decode_subscription
+from app.group.messages import (
+    AdminResult,
+    Error,
+    LeaveGroupRequest,
+    LeaveMember,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+)
+from app.group.records import partition_for
+from app.group.state import Group, GroupState
+from app.runtime.node import (
+    METADATA_PARTITION,
+    CoordinatorNode,
+    NotCoordinatorError,
+    PartitionState,
+    now_ms,
+)
+
+
+class AdminError(Exception):
+    """An admin call that cannot be done; `status` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Elsewhere(Exception):
+    """The group's partition is owned by another node: ask it.
+
+    A plain exception, not a frozen dataclass: Starlette clears `exc.__traceback__` after the
+    handler answered, which a frozen (slotted) dataclass refuses with a TypeError."""
+
+    def __init__(self, node_id: int, admin_url: str | None) -> None:
+        super().__init__(node_id, admin_url)
+        self.node_id = node_id
+        self.admin_url = admin_url
+
+
+def _bytes_view(data: bytes) -> dict[str, Any]:
+    return {"size": len(data), "base64": base64.b64encode(data).decode()}
+
+
+def subscription_view(protocol_type: str | None, data: bytes) -> dict[str, Any]:
+    if protocol_type == "consumer" and data:
+        try:
+            s = decode_subscription(data)
+        except Exception:  # opaque bytes that are not what they claim: show them raw
+            return _bytes_view(data)
+        return {
+            "version": s.version,
+            "topics": list(s.topics),
+            "owned_partitions": [
+                {"topic": t, "partitions": list(p)} for t, p in s.owned_partitions
+            ],
+            "generation_id": s.generation_id,
+            "rack_id": s.rack_id,
+            "user_data_size": len(s.user_data or b""),
+        }
+    return _bytes_view(data)
+
+
+def assignment_view(protocol_type: str | None, data: bytes) -> dict[str, Any]:
+    if protocol_type == "consumer" and data:
+        try:
+            a = decode_assignment(data)
+        except Exception:
+            return _bytes_view(data)
+        return {
+            "version": a.version,
+            "partitions": [{"topic": t, "partitions": list(p)} for t, p in a.partitions],
+            "user_data_size": len(a.user_data or b""),
+        }
+    return _bytes_view(data)
+
+
+class AdminService:
+    def __init__(self, node: CoordinatorNode, token: str | None = None) -> None:
+        self.node = node
+        self.token = token  # forwarded when asking other nodes
+
+    # -- routing ------------------------------------------------------------------------------
+
+    def _group(self, group_id: str) -> tuple[Any, Group | None]:
+        """(partition, group) if this node serves the group; raises Elsewhere/AdminError."""
+        if not group_id:
+            raise AdminError(400, "group id must not be empty")
+        node = self.node
+        pid = partition_for(group_id, node.log_partitions)
+        p = node.partitions.get(pid)
+        if p is None:
+            owner = node.owner_of(pid)
+            if owner is None:
+                raise AdminError(503, f"log partition {pid} of group {group_id!r} has no owner yet")
+            raise Elsewhere(owner, node.admin_urls.get(owner))
+        if p.state is not PartitionState.ACTIVE or p.core is None:
+            raise AdminError(503, f"log partition {pid} is still loading; retry shortly")
+        group = p.core.groups.get(group_id)
+        if group is not None and group.is_(GroupState.DEAD):
+            group = None
+        return p, group
+
+    # -- groups -------------------------------------------------------------------------------
+
+    def list_groups(self, state: str | None = None) -> list[dict[str, Any]]:
+        wanted = state.lower() if state else None
+        out = []
+        for p in self.node.partitions.values():
+            if p.core is None:
+                continue
+            for g in p.core.groups.values():
+                if g.is_(GroupState.DEAD) or (wanted and g.state.value.lower() != wanted):
+                    continue
+                out.append(
+                    {
+                        "group_id": g.group_id,
+                        "state": g.state.value,
+                        "protocol_type": g.protocol_type or "",
+                        "generation": g.generation,
+                        "members": len(g.members),
+                        "log_partition": p.id,
+                    }
+                )
+        return sorted(out, key=lambda g: g["group_id"])
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        _, g = self._group(group_id)
+        if g is None:
+            raise AdminError(404, f"group {group_id!r} does not exist")
+        proto = g.protocol_name
+        members = []
+        for m in g.members.values():
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "session_timeout_ms": m.session_timeout_ms,
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                    "leader": m.member_id == g.leader_id,
+                    "subscription": subscription_view(g.protocol_type, m.metadata(proto))
+                    if proto
+                    else None,
+                    "assignment": assignment_view(g.protocol_type, m.assignment),
+                }
+            )
+        return {
+            "group_id": g.group_id,
+            "state": g.state.value,
+            "generation": g.generation,
+            "registered_static_members": list(g.registered),
+            "rebalance_reason": g.rebalance_reason,
+            "protocol_type": g.protocol_type or "",
+            "protocol_name": proto,
+            "leader": g.leader_id,
+            "members": members,
+            "offsets": self._offsets(g),
+        }
+
+    @staticmethod
+    def _offsets(g: Group) -> list[dict[str, Any]]:
+        return [
+            {
+                "topic": t,
+                "partition": p,
+                "offset": v.offset,
+                "leader_epoch": v.leader_epoch,
+                "metadata": v.metadata,
+                "commit_timestamp_ms": v.commit_timestamp,
+            }
+            for (t, p), v in sorted(g.offsets.items())
+        ]
+
+    def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
+        _, g = self._group(group_id)
+        if g is None:
+            raise AdminError(404, f"group {group_id!r} does not exist")
+        return self._offsets(g)
+
+    async def set_offsets(
+        self, group_id: str, offsets: list[tuple[str, int, int]]
+    ) -> list[dict[str, Any]]:
+        """Like kafka-consumer-groups --reset-offsets: only while the group has no members."""
+        _, g = self._group(group_id)
+        if g is not None and not g.is_(GroupState.EMPTY):
+            raise AdminError(
+                409, f"group {group_id!r} is {g.state.value}; offsets can be set only when Empty"
+            )
+        if not offsets:
+            raise AdminError(422, "no offsets given")
+        topics = self.node.topics
+        for topic, partition, offset in offsets:
+            if topic not in topics or not 0 <= partition < topics[topic]:
+                raise AdminError(422, f"unknown topic partition {topic}-{partition}")
+            if offset < 0:
+                raise AdminError(422, f"offset of {topic}-{partition} must be >= 0")
+        response = await self.node.offset_commit(
+            OffsetCommitRequest(
+                group_id=group_id,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                partitions=tuple(OffsetCommitPartition(t, p, o) for t, p, o in offsets),
+            )
+        )
+        failed = [r for r in response.partitions if r.error is not Error.NONE]
+        if failed:
+            raise AdminError(
+                409, "; ".join(f"{r.topic}-{r.partition}: {r.error.name}" for r in failed)
+            )
+        return self.group_offsets(group_id)
+
+    async def delete_group(self, group_id: str) -> None:
+        self._group(group_id)
+        (result,) = await self.node.delete_groups([group_id])
+        if result.error is Error.GROUP_ID_NOT_FOUND:
+            raise AdminError(404, f"group {group_id!r} does not exist")
+        if result.error is Error.NON_EMPTY_GROUP:
+            raise AdminError(409, f"group {group_id!r} still has members")
+        if result.error is not Error.NONE:
+            raise AdminError(503, f"could not delete group {group_id!r}: {result.error.name}")
+
+    async def register_static_members(
+        self, group_id: str, instance_ids: list[str], expansion_timeout_ms: int
+    ) -> dict[str, Any]:
+        self._group(group_id)
+        result = await self.node.admin_call(
+            group_id,
+            lambda core, h, now: core.register_static_members(
+                h, group_id, instance_ids, expansion_timeout_ms, now
+            ),
+        )
+        self._raise_for(result, group_id)
+        return self.describe_group(group_id)
+
+    async def force_rebalance(self, group_id: str, reason: str) -> dict[str, Any]:
+        self._group(group_id)
+        result = await self.node.admin_call(
+            group_id, lambda core, h, now: core.force_rebalance(h, group_id, reason, now)
+        )
+        self._raise_for(result, group_id)
+        return {"group_id": group_id, "result": result.message}
+
+    @staticmethod
+    def _raise_for(result: AdminResult, group_id: str) -> None:
+        status = {
+            Error.NONE: 0,
+            Error.INVALID_REQUEST: 422,
+            Error.GROUP_ID_NOT_FOUND: 404,
+            Error.UNKNOWN_MEMBER_ID: 404,
+            Error.NON_EMPTY_GROUP: 409,
+        }.get(result.error, 503)
+        if status == 409 and result.message == "group has no members":
+            raise AdminError(409, f"group {group_id!r} is Empty: there is nothing to rebalance")
+        if result.error is Error.GROUP_ID_NOT_FOUND:
+            raise AdminError(404, f"group {group_id!r} does not exist")
+        if status:
+            raise AdminError(status, result.message or result.error.name)
+
+    async def remove_static_member(self, group_id: str, instance_id: str) -> None:
+        _, g = self._group(group_id)
+        if g is None:
+            raise AdminError(404, f"group {group_id!r} does not exist")
+        if instance_id in g.registered:
+            result = await self.node.admin_call(
+                group_id,
+                lambda core, h, now: core.unregister_static_member(h, group_id, instance_id, now),
+            )
+            self._raise_for(result, group_id)
+            return
+        response = await self.node.leave_group(
+            LeaveGroupRequest(group_id, (LeaveMember("", instance_id, "removed by admin"),))
+        )
+        error = response.members[0].error if response.members else response.error
+        if error is Error.UNKNOWN_MEMBER_ID:
+            raise AdminError(404, f"no static member {instance_id!r} in group {group_id!r}")
+        if error is not Error.NONE:
+            raise AdminError(503, f"could not remove {instance_id!r}: {error.name}")
+
+    async def list_all_groups(self, state: str | None = None) -> list[dict[str, Any]]:
+        """Groups of the whole cluster: this node's, plus every other live node's."""
+        groups = self.list_groups(state)
+        others = {
+            n: url
+            for n, url in self.node.admin_urls.items()
+            if n != self.node.node_id and n in self.node.live_brokers
+        }
+        if others:
+            import httpx
+
+            params = {"state": state} if state else {}
+            headers = {"X-Coordinator-Local": "1"}
+            if self.token:
+                headers["Authorization"] = f"Bearer {self.token}"
+            async with httpx.AsyncClient(timeout=5) as client:
+                for url in others.values():
+                    try:
+                        r = await client.get(
+                            url.rstrip("/") + "/groups", params=params, headers=headers
+                        )
+                        if r.status_code == 200:
+                            groups.extend(r.json())
+                    except httpx.HTTPError:
+                        continue  # a node that is going away: its groups move soon
+        return sorted({g["group_id"]: g for g in groups}.values(), key=lambda g: g["group_id"])
+
+    def cluster_view(self) -> dict[str, Any]:
+        node = self.node
+        t = now_ms()
+        partitions = []
+        for pid in [METADATA_PARTITION, *range(node.log_partitions)]:
+            row = node.leases.get(pid)
+            mine = node.partitions.get(pid)
+            if mine is not None:
+                # our own lease: node.leases is the table as read at the start of the last
+                # round (before this node took or renewed it); the renewal itself is exact
+                expires: int | None = mine.valid_until + node._safety_ms - t
+            else:
+                expires = (row.expires_at_ms - t) if row else None
+            partitions.append(
+                {
+                    "partition": pid,
+                    "owner": node.owner_of(pid),
+                    "planned_owner": node.plan.get(pid),
+                    "epoch": mine.epoch if mine else (row.epoch if row else None),
+                    "lease_expires_in_ms": expires,
+                    "state": mine.state.value if mine else None,
+                    "records_loaded": mine.records_loaded if mine else None,
+                    "load_ms": round(mine.load_ms, 1) if mine else None,
+                }
+            )
+        return {
+            "node_id": node.node_id,
+            "ready": node.ready(),
+            "nodes": [
+                {
+                    "node_id": b.node_id,
+                    "host": b.host,
+                    "port": b.port,
+                    "admin_url": node.admin_urls.get(b.node_id),
+                    "partitions": sum(1 for p in partitions if p["owner"] == b.node_id),
+                }
+                for b in node.cluster().brokers
+            ],
+            "topics": node.topics,
+            "partitions": partitions,
+        }
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        return dict(sorted(self.node.topics.items()))
+
+    async def create_topic(self, name: str, partitions: int) -> dict[str, int]:
+        if name in self.node.topics:
+            raise AdminError(409, f"topic {name!r} already exists")
+        return await self._put_topic(name, partitions)
+
+    async def grow_topic(self, name: str, partitions: int) -> dict[str, int]:
+        current = self.node.topics.get(name)
+        if current is None:
+            raise AdminError(404, f"topic {name!r} does not exist")
+        if partitions < current:
+            raise AdminError(
+                422, f"topic {name!r} has {current} partitions; partitions can only grow"
+            )
+        if partitions == current:
+            return {name: current}
+        return await self._put_topic(name, partitions)
+
+    async def _put_topic(self, name: str, partitions: int) -> dict[str, int]:
+        try:
+            await self.node.put_topics({name: partitions})
+        except NotCoordinatorError as e:
+            owner = self.node.owner_of(-1)
+            if owner is None:
+                raise AdminError(503, str(e)) from e
+            raise Elsewhere(owner, self.node.admin_urls.get(owner)) from e
+        return {name: self.node.topics[name]}

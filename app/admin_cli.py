@@ -1,0 +1,222 @@
+"""`coordinator groups|topics|cluster`: the admin REST API from a terminal.
+
+Readable tables by default, `--json` for scripts, a non-zero exit with the server's message on
+errors. Redirects to the node that owns a group are followed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+
+Url = Annotated[
+    str,
+    typer.Option(
+        "--url", envvar="COORD_ADMIN_URL", help="admin API of any node (COORD_ADMIN_URL)"
+    ),
+]
+Token = Annotated[
+    str | None,
+    typer.Option("--token", envvar="COORD_ADMIN_TOKEN", help="bearer token (COORD_ADMIN_TOKEN)"),
+]
+Json = Annotated[bool, typer.Option("--json", help="print the raw JSON answer")]
+DEFAULT_URL = os.environ.get("COORD_ADMIN_URL", "http://127.0.0.1:8080")
+
+groups_cli = typer.Typer(help="Consumer groups: list, describe, register, rebalance, …")
+topics_cli = typer.Typer(help="The topic registry clients see in Metadata.")
+
+
+MAX_REDIRECTS = 5
+
+
+def call(method: str, url: str, path: str, token: str | None, body: Any = None) -> Any:
+    """One admin call; a 307/308 to the node that owns the group is followed by hand, since
+    httpx drops the Authorization header on a redirect to another origin (another port)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    target = url.rstrip("/") + path
+    try:
+        with httpx.Client(follow_redirects=False, timeout=30) as client:
+            for _ in range(MAX_REDIRECTS + 1):
+                r = client.request(method, target, json=body, headers=headers)
+                location = r.headers.get("location")
+                if r.status_code not in (307, 308) or not location:
+                    break
+                target = str(r.url.join(location))
+            else:
+                err.print(f"[red]too many redirects (last: {target})[/red]")
+                raise typer.Exit(1)
+    except httpx.HTTPError as e:
+        err.print(f"[red]cannot reach {target}: {e}[/red]")
+        raise typer.Exit(2) from e
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        err.print(f"[red]error {r.status_code}: {detail}[/red]")
+        raise typer.Exit(1)
+    return r.json() if r.content else None
+
+
+def show(data: Any, as_json: bool, title: str, columns: list[str]) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    rows = data if isinstance(data, list) else [data]
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    console.print(table)
+
+
+@groups_cli.command("list")
+def groups_list(
+    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+    state: Annotated[str | None, typer.Option(help="only groups in this state")] = None,
+) -> None:
+    path = "/groups" + (f"?state={state}" if state else "")
+    show(call("GET", url, path, token), as_json, "groups",
+         ["group_id", "state", "protocol_type", "generation", "members"])
+
+
+@groups_cli.command("describe")
+def groups_describe(
+    group_id: str, url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False
+) -> None:
+    g = call("GET", url, f"/groups/{group_id}", token)
+    if as_json:
+        typer.echo(json.dumps(g, indent=2))
+        return
+    console.print(
+        f"[bold]{g['group_id']}[/bold]  state={g['state']}  generation={g['generation']}  "
+        f"protocol={g['protocol_type']}/{g['protocol_name']}  leader={g['leader']}"
+    )
+    if g.get("registered_static_members"):
+        console.print(f"registered, not yet joined: {', '.join(g['registered_static_members'])}")
+    table = Table(title="members")
+    for c in ("member_id", "group_instance_id", "client_id", "host", "assignment"):
+        table.add_column(c)
+    for m in g["members"]:
+        a = m.get("assignment") or {}
+        parts = a.get("partitions")
+        assigned = (
+            ", ".join(f"{p['topic']}{p['partitions']}" for p in parts)
+            if parts is not None
+            else f"{a.get('size', 0)} bytes"
+        )
+        table.add_row(m["member_id"], m["group_instance_id"] or "", m["client_id"],
+                      m["client_host"], assigned)
+    console.print(table)
+    show(g["offsets"], False, "committed offsets", ["topic", "partition", "offset"])
+
+
+@groups_cli.command("register")
+def groups_register(
+    group_id: str,
+    instance_ids: Annotated[list[str], typer.Argument(help="group.instance.id values")],
+    expansion_timeout_ms: Annotated[int, typer.Option(help="wait for the batch")] = 60_000,
+    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+) -> None:
+    """Pre-register static members so their scale-up costs one rebalance."""
+    body = {"group_instance_ids": instance_ids, "expansion_timeout_ms": expansion_timeout_ms}
+    g = call("POST", url, f"/groups/{group_id}/static-members", token, body)
+    if as_json:
+        typer.echo(json.dumps(g, indent=2))
+    else:
+        console.print(f"registered for {group_id}: {', '.join(g['registered_static_members'])}")
+
+
+@groups_cli.command("rebalance")
+def groups_rebalance(
+    group_id: str, reason: Annotated[str, typer.Option()] = "requested by operator",
+    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+) -> None:
+    r = call("POST", url, f"/groups/{group_id}/rebalance", token, {"reason": reason})
+    typer.echo(json.dumps(r, indent=2) if as_json else f"{group_id}: {r['result']}")
+
+
+@groups_cli.command("remove-member")
+def groups_remove_member(
+    group_id: str, group_instance_id: str, url: Url = DEFAULT_URL, token: Token = None
+) -> None:
+    """Remove a static member (or withdraw its registration); the group rebalances."""
+    call("DELETE", url, f"/groups/{group_id}/static-members/{group_instance_id}", token)
+    typer.echo(f"removed {group_instance_id} from {group_id}")
+
+
+@groups_cli.command("delete")
+def groups_delete(group_id: str, url: Url = DEFAULT_URL, token: Token = None) -> None:
+    call("DELETE", url, f"/groups/{group_id}", token)
+    typer.echo(f"deleted {group_id}")
+
+
+@groups_cli.command("offsets")
+def groups_offsets(
+    group_id: str,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="topic:partition=offset (only for an Empty group)"),
+    ] = None,
+    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+) -> None:
+    if set_:
+        offsets = []
+        for item in set_:
+            try:
+                tp, offset = item.split("=")
+                topic, partition = tp.rsplit(":", 1)
+                offsets.append({"topic": topic, "partition": int(partition),
+                                "offset": int(offset)})
+            except ValueError as e:
+                err.print(f"[red]--set {item!r} is not topic:partition=offset[/red]")
+                raise typer.Exit(2) from e
+        data = call("POST", url, f"/groups/{group_id}/offsets", token, {"offsets": offsets})
+    else:
+        data = call("GET", url, f"/groups/{group_id}/offsets", token)
+    show(data, as_json, f"offsets of {group_id}", ["topic", "partition", "offset", "metadata"])
+
+
+@topics_cli.command("list")
+def topics_list(url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False) -> None:
+    data = call("GET", url, "/topics", token)
+    rows = [{"topic": t, "partitions": n} for t, n in data.items()]
+    show(data if as_json else rows, as_json, "topics", ["topic", "partitions"])
+
+
+@topics_cli.command("create")
+def topics_create(
+    name: str, partitions: int, url: Url = DEFAULT_URL, token: Token = None
+) -> None:
+    call("POST", url, "/topics", token, {"name": name, "partitions": partitions})
+    typer.echo(f"created {name} with {partitions} partitions")
+
+
+@topics_cli.command("alter")
+def topics_alter(
+    name: str, partitions: Annotated[int, typer.Option(help="new count (grow only)")],
+    url: Url = DEFAULT_URL, token: Token = None,
+) -> None:
+    call("PATCH", url, f"/topics/{name}", token, {"partitions": partitions})
+    typer.echo(f"{name} now has {partitions} partitions")
+
+
+def cluster_command(url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False) -> None:
+    """Nodes, log partitions, owners, epochs and loading state."""
+    data = call("GET", url, "/cluster", token)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    show(data["nodes"], False, "nodes", ["node_id", "host", "port", "admin_url", "partitions"])
+    show(data["partitions"], False, "log partitions",
+         ["partition", "owner", "epoch", "state", "records_loaded", "load_ms"])

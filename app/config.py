@@ -1,0 +1,87 @@
+"""Node settings: `COORD_*` environment variables, overridable by the same-named CLI flags."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value, default_port
+    if not port.isdigit():
+        raise ValueError(f"invalid port in {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def parse_topics(value: str) -> dict[str, int]:
+    """'name:partitions,…' → {name: partitions}."""
+    topics: dict[str, int] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, count = item.rpartition(":")
+        if not sep or not name or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"COORD_TOPICS entry {item!r} is not 'name:partitions'")
+        topics[name] = int(count)
+    return topics
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COORD_", extra="ignore")
+
+    database_url: str = "sqlite+aiosqlite:///./data/coordinator.db"
+    node_id: int = Field(default=1, ge=0)
+    kafka_listen: str = "127.0.0.1:9092"
+    advertised_listener: str = ""  # empty = kafka_listen
+    admin_listen: str = "127.0.0.1:8080"
+    initial_rebalance_delay_ms: int = Field(default=3000, ge=0)
+    min_session_timeout_ms: int = Field(default=6000, ge=1)
+    max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
+    group_max_size: int = Field(default=2_147_483_647, ge=1)
+    topics: str = ""
+    log_partitions: int = Field(default=16, ge=1, le=10_000)
+    offsets_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1)
+    offsets_retention_check_interval_ms: int = Field(default=600_000, ge=1000)
+    max_frame_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    lease_ttl_ms: int = Field(default=5000, ge=500)
+    tombstone_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
+    archive_history: bool = True
+    compaction_interval_ms: int = Field(default=60_000, ge=100)
+    concurrent_loads: int = Field(default=4, ge=1, le=64)
+    log_level: str = "INFO"
+    admin_token: str = ""  # when set, the admin API requires "Authorization: Bearer <token>"
+
+    @field_validator("topics")
+    @classmethod
+    def _check_topics(cls, v: str) -> str:
+        parse_topics(v)
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.min_session_timeout_ms > self.max_session_timeout_ms:
+            raise ValueError("COORD_MIN_SESSION_TIMEOUT_MS exceeds COORD_MAX_SESSION_TIMEOUT_MS")
+        parse_hostport(self.kafka_listen, 9092)
+        parse_hostport(self.admin_listen, 8080)
+        if self.advertised_listener:
+            parse_hostport(self.advertised_listener, 9092)
+        return self
+
+    @property
+    def kafka_address(self) -> tuple[str, int]:
+        return parse_hostport(self.kafka_listen, 9092)
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        return parse_hostport(self.advertised_listener or self.kafka_listen, 9092)
+
+    @property
+    def admin_address(self) -> tuple[str, int]:
+        return parse_hostport(self.admin_listen, 8080)
+
+    @property
+    def topic_map(self) -> dict[str, int]:
+        return parse_topics(self.topics)

@@ -1,0 +1,202 @@
+"""The advertised API table, ApiVersions, and request decoding.
+
+Every (api_key, version) this node answers is listed here; ApiVersions advertises exactly this
+table, and the server refuses anything outside it (spec §8, real-clients §1a/§3).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.serial import entity_reader
+
+from app.group.messages import Error
+from app.kafka import cluster_apis as cl
+from app.kafka import group_apis as gr
+from app.kafka.codec import (
+    build,
+    encode_body,
+    frame_response,
+    request_class,
+    response_class,
+    response_header_flexible,
+)
+from app.kafka.context import HandlerResult, RequestContext
+from app.kafka.tagged import strip_unknown_tags
+
+API_VERSIONS: Final = 18
+
+SyncHandler = Callable[[RequestContext, Any], HandlerResult]
+AsyncHandler = Callable[[RequestContext, Any], Coroutine[Any, Any, HandlerResult]]
+ErrorBuilder = Callable[[RequestContext, Any, Error], HandlerResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: SyncHandler | AsyncHandler
+    is_async: bool
+    # Builds the reply carrying an error when the handler raised; None: no such shape exists,
+    # the connection is closed instead.
+    on_error: ErrorBuilder | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionEntry:
+    """One (api_key, version) with its kio classes and readers resolved once."""
+
+    api: Api
+    version: int
+    request_cls: type[Any]
+    response_cls: type[Any]
+    read_header: Callable[[bytes, int], tuple[Any, int]]
+    read_body: Callable[[bytes, int], tuple[Any, int]]
+    flexible_response_header: bool
+
+    def decode(self, frame: bytes) -> tuple[Any, Any]:
+        """(header, body) of a request frame (no size prefix).
+
+        kio rejects unknown tagged fields (KeyError); the protocol says to skip them, so on
+        that error the frame is rewritten without them and decoded again.
+        """
+        try:
+            header, offset = self.read_header(frame, 0)
+            body, _ = self.read_body(frame, offset)
+        except KeyError:
+            frame = strip_unknown_tags(self.request_cls, frame)
+            header, offset = self.read_header(frame, 0)
+            body, _ = self.read_body(frame, offset)
+        return header, body
+
+    def frame(self, correlation_id: int, result: Any) -> bytes:
+        body = result if isinstance(result, bytes) else encode_body(result)
+        return frame_response(correlation_id, self.flexible_response_header, body)
+
+
+# --- ApiVersions (18) ------------------------------------------------------------------------
+
+# spec §6: ClientSoftwareName/Version (v3+) must match this, else INVALID_REQUEST
+_SOFTWARE_RE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def _api_keys() -> list[dict[str, int]]:
+    return [
+        {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version} for a in APIS
+    ]
+
+
+def handle_api_versions(ctx: RequestContext, req: Any) -> HandlerResult:
+    cls = response_class(API_VERSIONS, ctx.api_version)
+    if ctx.api_version >= 3 and not (
+        _SOFTWARE_RE.fullmatch(req.client_software_name)
+        and _SOFTWARE_RE.fullmatch(req.client_software_version)
+    ):
+        return build(cls, error_code=Error.INVALID_REQUEST, api_keys=[])
+    return build(cls, error_code=Error.NONE, api_keys=_api_keys())
+
+
+def api_versions_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
+    return build(response_class(API_VERSIONS, ctx.api_version), error_code=error, api_keys=[])
+
+
+@functools.cache
+def _unsupported_api_versions_body() -> bytes:
+    # KIP-511: a client newer than us learns our range from a v0-format reply
+    return encode_body(
+        build(
+            response_class(API_VERSIONS, 0),
+            error_code=Error.UNSUPPORTED_VERSION,
+            api_keys=_api_keys(),
+        )
+    )
+
+
+def unsupported_api_versions_frame(correlation_id: int) -> bytes:
+    """Reply to ApiVersions at a version we do not know: v0 layout, header v0."""
+    return frame_response(correlation_id, False, _unsupported_api_versions_body())
+
+
+# --- the table -------------------------------------------------------------------------------
+
+APIS: Final[tuple[Api, ...]] = (
+    Api(cl.PRODUCE, "Produce", 3, 9, cl.handle_produce, False, cl.produce_error),
+    Api(cl.FETCH, "Fetch", 4, 12, cl.handle_fetch, True, cl.fetch_error),
+    Api(
+        cl.LIST_OFFSETS, "ListOffsets", 1, 11, cl.handle_list_offsets, False, cl.list_offsets_error
+    ),
+    Api(cl.METADATA, "Metadata", 0, 13, cl.handle_metadata, False, None),
+    Api(
+        gr.OFFSET_COMMIT,
+        "OffsetCommit",
+        2,
+        9,
+        gr.handle_offset_commit,
+        True,
+        gr.offset_commit_error,
+    ),
+    Api(gr.OFFSET_FETCH, "OffsetFetch", 1, 9, gr.handle_offset_fetch, True, gr.offset_fetch_error),
+    Api(
+        cl.FIND_COORDINATOR,
+        "FindCoordinator",
+        0,
+        6,
+        cl.handle_find_coordinator,
+        False,
+        cl.find_coordinator_error,
+    ),
+    Api(gr.JOIN_GROUP, "JoinGroup", 0, 9, gr.handle_join_group, True, gr.join_group_error),
+    Api(gr.HEARTBEAT, "Heartbeat", 0, 4, gr.handle_heartbeat, True, gr.heartbeat_error),
+    Api(gr.LEAVE_GROUP, "LeaveGroup", 0, 5, gr.handle_leave_group, True, gr.leave_group_error),
+    Api(gr.SYNC_GROUP, "SyncGroup", 0, 5, gr.handle_sync_group, True, gr.sync_group_error),
+    Api(
+        gr.DESCRIBE_GROUPS,
+        "DescribeGroups",
+        0,
+        5,
+        gr.handle_describe_groups,
+        True,
+        gr.describe_groups_error,
+    ),
+    Api(gr.LIST_GROUPS, "ListGroups", 0, 5, gr.handle_list_groups, True, gr.list_groups_error),
+    Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, False, api_versions_error),
+    Api(
+        gr.DELETE_GROUPS,
+        "DeleteGroups",
+        0,
+        2,
+        gr.handle_delete_groups,
+        True,
+        gr.delete_groups_error,
+    ),
+)
+
+
+@functools.cache
+def version_table() -> dict[tuple[int, int], ApiVersionEntry]:
+    """(api_key, version) -> entry, for every advertised version. Loads the kio classes once."""
+    table: dict[tuple[int, int], ApiVersionEntry] = {}
+    for api in APIS:
+        for version in range(api.min_version, api.max_version + 1):
+            req_cls = request_class(api.key, version)
+            resp_cls = response_class(api.key, version)
+            table[(api.key, version)] = ApiVersionEntry(
+                api=api,
+                version=version,
+                request_cls=req_cls,
+                response_cls=resp_cls,
+                read_header=entity_reader(req_cls.__header_schema__),
+                read_body=entity_reader(req_cls),
+                flexible_response_header=response_header_flexible(resp_cls),
+            )
+    return table
+
+
+def api_name(api_key: int) -> str:
+    return next((a.name for a in APIS if a.key == api_key), f"api#{api_key}")

@@ -1,0 +1,282 @@
+"""Cluster and data-plane APIs of a node that coordinates groups but stores no messages.
+
+Metadata and FindCoordinator describe this node; ListOffsets, Fetch and Produce exist only
+because real clients refuse to consume without them (see spec/real-clients.md §3): partitions
+are always empty, fetches long-poll and return nothing, produces are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from app.group.messages import Error
+from app.kafka.codec import INT32_MIN, build, ms, response_class
+from app.kafka.context import NO_RESPONSE, HandlerResult, RequestContext
+from app.kafka.group_apis import is_known_partition
+from app.service import CoordinatorLookup
+
+PRODUCE: Final = 0
+FETCH: Final = 1
+LIST_OFFSETS: Final = 2
+METADATA: Final = 3
+FIND_COORDINATOR: Final = 10
+
+# Upper bound on how long a Fetch is held, whatever the client asks (kafkajs asks 5 s).
+FETCH_MAX_WAIT_CAP_MS: Final = 30_000
+PRODUCE_REFUSED_MESSAGE: Final = "this node is a group coordinator and stores no messages"
+
+# --- Metadata (3) ----------------------------------------------------------------------------
+
+
+def _topic_entry(name: str, partitions: int, node_id: int) -> dict[str, Any]:
+    return {
+        "error_code": Error.NONE,
+        "name": name,
+        "topic_id": None,  # all-zero: a real id makes librdkafka switch to topic-id Fetch v13+
+        "is_internal": False,
+        "partitions": [
+            {
+                "error_code": Error.NONE,
+                "partition_index": i,
+                "leader_id": node_id,
+                # -1: no leader epoch, so clients skip OffsetForLeaderEpoch validation
+                "leader_epoch": -1,
+                "replica_nodes": [node_id],
+                "isr_nodes": [node_id],
+                "offline_replicas": [],
+            }
+            for i in range(partitions)
+        ],
+        "topic_authorized_operations": INT32_MIN,
+    }
+
+
+def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
+    version = ctx.api_version
+    view = ctx.service.cluster()
+    node_id = ctx.service.node_id
+    requested = req.topics
+    entries: list[dict[str, Any]] = []
+    # v0: an empty list means every topic; v1+: null means every topic, [] means none.
+    if requested is None or (version == 0 and not requested):
+        entries = [_topic_entry(name, n, node_id) for name, n in sorted(view.topics.items())]
+    else:
+        for topic in requested:
+            name = topic.name
+            if name is None:  # v10+ lookup by topic id: we hand out no ids
+                entries.append(
+                    {
+                        "error_code": ErrorCode.unknown_topic_id,
+                        "name": None if version >= 12 else "",
+                        "topic_id": topic.topic_id,
+                        "topic_authorized_operations": INT32_MIN,
+                    }
+                )
+            elif name in view.topics:
+                entries.append(_topic_entry(name, view.topics[name], node_id))
+            else:
+                # no auto-creation: the registry must know a topic before consumers use it
+                entries.append(
+                    {
+                        "error_code": Error.UNKNOWN_TOPIC_OR_PARTITION,
+                        "name": name,
+                        "topic_authorized_operations": INT32_MIN,
+                    }
+                )
+    return build(
+        response_class(METADATA, version),
+        brokers=[
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in view.brokers
+        ],
+        cluster_id=view.cluster_id,
+        controller_id=view.controller_id,
+        topics=entries,
+        cluster_authorized_operations=INT32_MIN,
+        error_code=Error.NONE,
+    )
+
+
+# --- FindCoordinator (10) --------------------------------------------------------------------
+
+
+def _coordinator(key: str, lookup: CoordinatorLookup) -> dict[str, Any]:
+    broker = lookup.broker if lookup.error == Error.NONE else None
+    return {
+        "key": key,
+        "error_code": lookup.error,
+        "error_message": lookup.message,
+        "node_id": broker.node_id if broker else -1,
+        "host": broker.host if broker else "",
+        "port": broker.port if broker else -1,
+    }
+
+
+def encode_find_coordinator(results: list[tuple[str, CoordinatorLookup]], version: int) -> Any:
+    cls = response_class(FIND_COORDINATOR, version)
+    if version >= 4:  # KIP-699: batched keys
+        return build(cls, coordinators=[_coordinator(k, lk) for k, lk in results])
+    ((key, lookup),) = results
+    return build(cls, **_coordinator(key, lookup))
+
+
+def _keys(req: Any) -> tuple[list[str], int]:
+    version = int(req.__version__)
+    if version >= 4:
+        return list(req.coordinator_keys), int(req.key_type)
+    return [req.key], int(req.key_type) if version >= 1 else 0
+
+
+def handle_find_coordinator(ctx: RequestContext, req: Any) -> HandlerResult:
+    keys, key_type = _keys(req)
+    results = [(k, ctx.service.find_coordinator(k, key_type)) for k in keys]
+    return encode_find_coordinator(results, ctx.api_version)
+
+
+def find_coordinator_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
+    keys, _ = _keys(req)
+    return encode_find_coordinator(
+        [(k, CoordinatorLookup(error=error)) for k in keys], ctx.api_version
+    )
+
+
+# --- ListOffsets (2) -------------------------------------------------------------------------
+
+
+def _list_offsets(ctx: RequestContext, req: Any, error: Error | None) -> HandlerResult:
+    topics: Mapping[str, int] = {} if error is not None else ctx.service.cluster().topics
+
+    def partition(name: str, index: int) -> dict[str, Any]:
+        err = error
+        if err is None:
+            err = (
+                Error.NONE
+                if is_known_partition(topics, name, index)
+                else (Error.UNKNOWN_TOPIC_OR_PARTITION)
+            )
+        # every log is empty: earliest = latest = 0, no timestamp, no epoch
+        return {
+            "partition_index": index,
+            "error_code": err,
+            "timestamp": -1,
+            "offset": 0 if err == Error.NONE else -1,
+            "leader_epoch": -1,
+        }
+
+    return build(
+        response_class(LIST_OFFSETS, ctx.api_version),
+        topics=[
+            {
+                "name": t.name,
+                "partitions": [partition(t.name, p.partition_index) for p in t.partitions],
+            }
+            for t in req.topics
+        ],
+    )
+
+
+def handle_list_offsets(ctx: RequestContext, req: Any) -> HandlerResult:
+    return _list_offsets(ctx, req, None)
+
+
+def list_offsets_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
+    return _list_offsets(ctx, req, error)
+
+
+# --- Fetch (1) -------------------------------------------------------------------------------
+
+
+def _fetch_response(
+    ctx: RequestContext,
+    req: Any,
+    errors: dict[tuple[str, int], Error],
+    top_error: Error = Error.NONE,
+) -> HandlerResult:
+    return build(
+        response_class(FETCH, ctx.api_version),
+        error_code=top_error,
+        session_id=0,  # no fetch sessions: clients keep sending full fetches
+        responses=[
+            {
+                "topic": t.topic,
+                "partitions": [
+                    {
+                        "partition_index": p.partition,
+                        "error_code": errors.get((t.topic, p.partition), Error.NONE),
+                        "high_watermark": 0,
+                        "last_stable_offset": 0,
+                        "log_start_offset": 0,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        # empty bytes, never null: kafka-python crashes on MemoryRecords(None)
+                        "records": b"",
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in req.topics
+        ],
+    )
+
+
+async def handle_fetch(ctx: RequestContext, req: Any) -> HandlerResult:
+    topics = ctx.service.cluster().topics
+    errors = {
+        (t.topic, p.partition): Error.UNKNOWN_TOPIC_OR_PARTITION
+        for t in req.topics
+        for p in t.partitions
+        if not is_known_partition(topics, t.topic, p.partition)
+    }
+    wait_ms = min(ms(req.max_wait), FETCH_MAX_WAIT_CAP_MS)
+    # Long-poll like a broker with no new data (otherwise clients spin); errors and
+    # min_bytes <= 0 answer at once, and a closed connection ends the wait.
+    if wait_ms > 0 and req.min_bytes > 0 and not errors:
+        if ctx.closed is None:
+            await asyncio.sleep(wait_ms / 1000)
+        else:
+            await asyncio.wait([ctx.closed], timeout=wait_ms / 1000)
+    return _fetch_response(ctx, req, errors)
+
+
+def fetch_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
+    if ctx.api_version >= 7:
+        return build(response_class(FETCH, ctx.api_version), error_code=error, session_id=0)
+    errors = {(t.topic, p.partition): error for t in req.topics for p in t.partitions}
+    return _fetch_response(ctx, req, errors)
+
+
+# --- Produce (0) -----------------------------------------------------------------------------
+
+
+def handle_produce(ctx: RequestContext, req: Any) -> HandlerResult:
+    if req.acks == 0:
+        return NO_RESPONSE  # acks=0: the client reads no reply, sending one desyncs it
+    return produce_error(ctx, req, Error.POLICY_VIOLATION)
+
+
+def produce_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
+    return build(
+        response_class(PRODUCE, ctx.api_version),
+        responses=[
+            {
+                "name": t.name,
+                "partition_responses": [
+                    {
+                        "index": p.index,
+                        "error_code": error,
+                        "base_offset": -1,
+                        "log_append_time": None,
+                        "log_start_offset": -1,
+                        "record_errors": [],
+                        "error_message": PRODUCE_REFUSED_MESSAGE,
+                    }
+                    for p in t.partition_data
+                ],
+            }
+            for t in req.topic_data
+        ],
+    )

@@ -1,0 +1,383 @@
+"""asyncio TCP server speaking the Kafka wire protocol.
+
+One `KafkaConnection` (an `asyncio.Protocol`, cheaper than streams) per client: 4-byte size
+framing, many requests in flight, replies written strictly in request order. A bad frame closes
+only its own connection; an exception in a handler becomes an error reply where the API has a
+shape for one. The event loop is whoever started it (uvloop if they installed it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final, cast
+
+from app.group.messages import Error
+from app.kafka.apis import (
+    API_VERSIONS,
+    ApiVersionEntry,
+    AsyncHandler,
+    api_name,
+    unsupported_api_versions_frame,
+    version_table,
+)
+from app.kafka.context import NO_RESPONSE, HandlerResult, RequestContext
+from app.service import CoordinatorService
+
+log = logging.getLogger(__name__)
+
+# Reading pauses when this many replies are outstanding on one connection, and resumes below
+# the low-water mark; the transport's own write buffer limits pause it too.
+MAX_IN_FLIGHT: Final = 1024
+RESUME_IN_FLIGHT: Final = MAX_IN_FLIGHT // 2
+
+_SIZE: Final = struct.Struct(">i")
+_REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+
+
+class _Slot:
+    """A reply position in the connection's output order; `data` None until it is ready."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | None = None) -> None:
+        self.data = data
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, server: KafkaServer) -> None:
+        self._server = server
+        self._service = server.service
+        self._max_frame = server.max_frame_bytes
+        self._table = version_table()
+        # optional metrics hook of the service: (api name, version, error code)
+        self._observe: Callable[[str, int, int], None] | None = getattr(
+            self._service, "observe_request", None
+        )
+        self._buf = bytearray()  # an incomplete frame carried over to the next read
+        self._need = 4  # bytes `_buf` must hold before the next frame can be complete
+        self._slots: deque[_Slot] = deque()
+        self._transport: asyncio.Transport | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._peer = "?"
+        self._host = ""
+        self._closing = False
+        self._reading_paused = False
+        self._write_paused = False
+
+    # --- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
+        self._closed = self._loop.create_future()
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            # Kafka records clientAddress.toString(): "/127.0.0.1" (DescribeGroups ClientHost)
+            self._host = f"/{peer[0]}"
+            self._peer = f"{peer[0]}:{peer[1]}"
+        self._server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        buf = self._buf
+        if buf:
+            # A frame is partly buffered: only join once it can be complete (a large frame
+            # arriving in many chunks is then copied once, not once per chunk).
+            buf += data
+            if len(buf) < self._need:
+                return
+            data = bytes(buf)
+            buf.clear()
+        pos = 0
+        available = len(data)
+        while True:
+            if available - pos < 4:
+                self._need = 4
+                break
+            (size,) = _SIZE.unpack_from(data, pos)
+            if size < 0 or size > self._max_frame:
+                self.abort(f"frame size {size} outside [0, {self._max_frame}]")
+                return
+            end = pos + 4 + size
+            if end > available:
+                self._need = end - pos
+                break
+            self._on_frame(data[pos + 4 : end])
+            pos = end
+            if self._closing:
+                return
+        if pos < available:
+            buf += memoryview(data)[pos:]
+
+    def eof_received(self) -> bool | None:
+        if self._buf:
+            self.abort(f"truncated frame: connection ended {len(self._buf)} bytes into a frame")
+        return None  # let the transport close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._slots.clear()
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+        self._server.connections.discard(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def _on_frame(self, frame: bytes) -> None:
+        if len(frame) < _REQUEST_PREFIX.size:
+            self.abort(f"frame of {len(frame)} bytes is shorter than a request header")
+            return
+        api_key, version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
+        entry = self._table.get((api_key, version))
+        if entry is None:
+            if api_key == API_VERSIONS:
+                self._emit(unsupported_api_versions_frame(correlation_id))
+                return
+            self.abort(f"unsupported request {api_name(api_key)} (key {api_key}) v{version}")
+            return
+        try:
+            header, body = entry.decode(frame)
+        except Exception as exc:
+            self.abort(f"undecodable {entry.api.name} v{version} request: {exc!r}")
+            return
+        ctx = RequestContext(
+            service=self._service,
+            api_version=version,
+            client_id=header.client_id or "",
+            client_host=self._host,
+            closed=self._closed,
+        )
+        api = entry.api
+        if not api.is_async:
+            try:
+                result = api.handler(ctx, body)
+            except Exception:
+                log.exception("%s v%d from %s failed", api.name, version, self._peer)
+                result = self._error_result(entry, ctx, body)
+            self._emit_result(entry, ctx, body, correlation_id, result)
+            return
+        slot = _Slot()
+        self._slots.append(slot)
+        assert self._loop is not None
+        handler = cast("AsyncHandler", api.handler)  # string: no per-request typing cost
+        task = self._loop.create_task(handler(ctx, body))
+        task.add_done_callback(
+            functools.partial(self._on_done, slot, entry, ctx, body, correlation_id)
+        )
+        self._update_reading()
+
+    def _on_done(
+        self,
+        slot: _Slot,
+        entry: ApiVersionEntry,
+        ctx: RequestContext,
+        body: Any,
+        correlation_id: int,
+        task: asyncio.Task[HandlerResult],
+    ) -> None:
+        if task.cancelled():
+            result: HandlerResult = self._error_result(entry, ctx, body)
+        elif (exc := task.exception()) is not None:
+            log.error(
+                "%s v%d from %s failed", entry.api.name, entry.version, self._peer, exc_info=exc
+            )
+            result = self._error_result(entry, ctx, body)
+        else:
+            result = task.result()
+        if self._closing:
+            return
+        data = self._encode(entry, ctx, body, correlation_id, result)
+        if data is None:
+            return  # abort() already closed the connection
+        slot.data = data
+        self._flush()
+
+    def _error_result(self, entry: ApiVersionEntry, ctx: RequestContext, body: Any) -> Any:
+        """UNKNOWN_SERVER_ERROR in the API's own shape, or None when it has none."""
+        if entry.api.on_error is None:
+            return None
+        try:
+            return entry.api.on_error(ctx, body, Error.UNKNOWN_SERVER_ERROR)
+        except Exception:
+            log.exception(
+                "building the error reply for %s v%d failed", entry.api.name, entry.version
+            )
+            return None
+
+    def _encode(
+        self,
+        entry: ApiVersionEntry,
+        ctx: RequestContext,
+        body: Any,
+        correlation_id: int,
+        result: HandlerResult,
+    ) -> bytes | None:
+        """Reply bytes (b"" for no reply); None after closing the connection."""
+        if result is NO_RESPONSE:
+            return b""
+        if self._observe is not None and result is not None:
+            self._observe(entry.api.name, entry.version, _error_code(entry.version, result))
+        if result is not None:
+            try:
+                return entry.frame(correlation_id, result)
+            except Exception:
+                log.exception(
+                    "encoding %s v%d reply for %s failed", entry.api.name, entry.version, self._peer
+                )
+                result = self._error_result(entry, ctx, body)
+                if result is not None:
+                    try:
+                        return entry.frame(correlation_id, result)
+                    except Exception:
+                        log.exception("encoding the error reply failed too")
+        self.abort(f"{entry.api.name} v{entry.version} failed and has no error reply shape")
+        return None
+
+    def _emit_result(
+        self,
+        entry: ApiVersionEntry,
+        ctx: RequestContext,
+        body: Any,
+        correlation_id: int,
+        result: HandlerResult,
+    ) -> None:
+        data = self._encode(entry, ctx, body, correlation_id, result)
+        if data:
+            self._emit(data)
+
+    def _emit(self, data: bytes) -> None:
+        """Queue a ready reply behind the ones still being computed (order = request order)."""
+        if not self._slots:
+            assert self._transport is not None
+            self._transport.write(data)
+        else:
+            self._slots.append(_Slot(data))
+
+    def _flush(self) -> None:
+        slots = self._slots
+        transport = self._transport
+        assert transport is not None
+        while slots and slots[0].data is not None:
+            data = slots.popleft().data
+            if data:
+                transport.write(data)
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        if self._reading_paused:
+            if not self._write_paused and len(self._slots) < RESUME_IN_FLIGHT:
+                self._reading_paused = False
+                transport.resume_reading()
+        elif self._write_paused or len(self._slots) >= MAX_IN_FLIGHT:
+            self._reading_paused = True
+            transport.pause_reading()
+
+    # --- closing -----------------------------------------------------------------------------
+
+    def abort(self, reason: str) -> None:
+        """Close this connection because of what the peer sent; nothing else is affected."""
+        if self._closing:
+            return
+        log.warning("closing Kafka connection from %s: %s", self._peer, reason)
+        self.close()
+
+    def close(self) -> None:
+        self._closing = True
+        self._slots.clear()
+        if self._transport is not None:
+            self._transport.close()
+
+
+class KafkaServer(asyncio.AbstractServer):
+    """The listening socket plus its connections; `close()` also drops open connections."""
+
+    def __init__(
+        self, service: CoordinatorService, host: str, port: int, max_frame_bytes: int
+    ) -> None:
+        self.service = service
+        self.host = host
+        self.requested_port = port
+        self.max_frame_bytes = max_frame_bytes
+        self.connections: set[KafkaConnection] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> KafkaServer:
+        version_table()  # load every kio class before the first client arrives
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: KafkaConnection(self), self.host, self.requested_port
+        )
+        return self
+
+    @property
+    def server(self) -> asyncio.Server:
+        if self._server is None:
+            raise RuntimeError("KafkaServer not started")
+        return self._server
+
+    @property
+    def sockets(self) -> tuple[Any, ...]:
+        return tuple(self.server.sockets)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in list(self.connections):
+            conn.close()
+
+    async def wait_closed(self) -> None:
+        await self.server.wait_closed()
+
+    async def stop(self) -> None:
+        self.close()
+        await self.wait_closed()
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self.server.get_loop()
+
+    def is_serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    async def start_serving(self) -> None:
+        await self.server.start_serving()
+
+    async def serve_forever(self) -> None:
+        await self.server.serve_forever()
+
+
+def _error_code(version: int, result: HandlerResult) -> int:
+    """The reply's top-level error code for metrics (0 when the reply has none)."""
+    if isinstance(result, bytes):  # hand-packed Heartbeat body: [throttle_time_ms] error_code
+        offset = 0 if version == 0 else 4
+        return int.from_bytes(result[offset : offset + 2], "big", signed=True)
+    code = getattr(result, "error_code", 0)
+    return int(code)
+
+
+async def start_kafka_server(
+    service: CoordinatorService, host: str, port: int, max_frame_bytes: int
+) -> KafkaServer:
+    """Listen on host:port; returns a started `KafkaServer` (an `asyncio.AbstractServer`)."""
+    return await KafkaServer(service, host, port, max_frame_bytes).start()

@@ -1,0 +1,95 @@
+"""Prometheus metrics of one node (served at /metrics on the admin port)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from app.runtime.node import CoordinatorNode
+
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600)
+
+
+class NodeMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.join_seconds = Histogram(
+            "coordinator_join_group_seconds", "JoinGroup time until answered (incl. parking)",
+            registry=r, buckets=LATENCY_BUCKETS,
+        )
+        self.sync_seconds = Histogram(
+            "coordinator_sync_group_seconds", "SyncGroup time until answered",
+            registry=r, buckets=LATENCY_BUCKETS,
+        )
+        self.requests = Counter(
+            "coordinator_requests", "Kafka requests by api, version and error code",
+            ["api", "version", "error"], registry=r,
+        )
+        self.append_records = Histogram(
+            "coordinator_append_batch_records", "records per group-commit transaction",
+            registry=r, buckets=(1, 2, 5, 10, 50, 100, 500, 1000, 5000),
+        )
+        self.append_seconds = Histogram(
+            "coordinator_append_seconds", "group-commit transaction latency",
+            registry=r, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1),
+        )
+        self.load_seconds = Histogram(
+            "coordinator_partition_load_seconds", "replay time of a log partition",
+            registry=r, buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60),
+        )
+
+    def observe_append(self, records: int, seconds: float) -> None:
+        self.append_records.observe(records)
+        self.append_seconds.observe(seconds)
+
+    def attach(self, node: CoordinatorNode) -> None:
+        self.registry.register(_StateCollector(node))
+
+
+class _StateCollector(Collector):
+    """Gauges read from the node's state at scrape time."""
+
+    def __init__(self, node: CoordinatorNode) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        node = self.node
+        groups = GaugeMetricFamily("coordinator_groups", "groups by state", labels=["state"])
+        members = GaugeMetricFamily("coordinator_members", "members of all groups")
+        by_state: dict[str, int] = {}
+        n_members = 0
+        for p in node.partitions.values():
+            if p.core is None:
+                continue
+            for g in p.core.groups.values():
+                by_state[g.state.value] = by_state.get(g.state.value, 0) + 1
+                n_members += len(g.members)
+        for state, n in sorted(by_state.items()):
+            groups.add_metric([state], n)
+        members.add_metric([], n_members)
+        yield groups
+        yield members
+        rebalances = CounterMetricFamily(
+            "coordinator_rebalances", "rebalances started, by reason", labels=["reason"]
+        )
+        for reason, n in sorted(node.rebalance_counts().items()):
+            rebalances.add_metric([reason], n)
+        yield rebalances
+        owned = GaugeMetricFamily(
+            "coordinator_partitions", "log partitions owned by this node", labels=["state"]
+        )
+        states: dict[str, int] = {}
+        for p in node.partitions.values():
+            states[p.state.value] = states.get(p.state.value, 0) + 1
+        for state, n in sorted(states.items()):
+            owned.add_metric([state], n)
+        yield owned
+        leases = CounterMetricFamily("coordinator_lease_changes", "partitions taken or given up")
+        leases.add_metric([], node.lease_changes)
+        yield leases

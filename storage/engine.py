@@ -1,0 +1,78 @@
+"""Async engine construction shared by the event log and the Alembic environment.
+
+SQLite gets: WAL (readers never block the writer), synchronous=FULL (the only setting durable
+against power loss, spec/platform-limits.md), a busy timeout, and SQLAlchemy-controlled BEGIN so
+that write transactions can start with BEGIN IMMEDIATE: the write lock is taken before the
+fence check, making check+insert atomic across processes sharing the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, event, make_url
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+# Execution option read by the SQLite "begin" hook: "IMMEDIATE" takes the write lock up front.
+SQLITE_BEGIN = "sqlite_begin"
+
+_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+
+
+def async_url(url: str | URL) -> URL:
+    """Parse `url`, swapping a default or sync driver for the async one (sqlite:// works too)."""
+    u = make_url(url)
+    backend = u.get_backend_name()
+    if backend in _ASYNC_DRIVERS and u.get_driver_name() not in ("aiosqlite", "asyncpg"):
+        u = u.set(drivername=_ASYNC_DRIVERS[backend])
+    return u
+
+
+def is_sqlite(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite"
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
+        return None
+    return Path(db)
+
+
+def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any) -> AsyncEngine:
+    u = async_url(url)
+    if not is_sqlite(u):
+        kwargs.setdefault("pool_pre_ping", True)
+        return create_async_engine(u, **kwargs)
+
+    path = _sqlite_file(u)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(u, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # the driver must not emit BEGIN; the hook below does
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = FULL")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def write_engine(engine: AsyncEngine) -> AsyncEngine:
+    """A view of `engine` (same pool) whose transactions start with BEGIN IMMEDIATE on SQLite."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    return engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})

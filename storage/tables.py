@@ -1,0 +1,90 @@
+"""SQLAlchemy Core schema of the event log. Migrations in migrations/versions mirror it exactly
+(tests/storage compares the migrated schema against this metadata)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+
+# Deterministic constraint/index names, so Alembic can address them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# One row per record. Offsets are dense per partition and assigned by the lease holder.
+log_records = Table(
+    "log_records",
+    metadata,
+    Column("partition", Integer, nullable=False, autoincrement=False),
+    Column("offset", BigInteger, nullable=False, autoincrement=False),
+    Column("record_type", SmallInteger, nullable=False),
+    Column("key", LargeBinary, nullable=False),
+    Column("value", LargeBinary, nullable=True),  # NULL = tombstone
+    Column("epoch", Integer, nullable=False),  # lease epoch of the writer
+    Column("node_id", Integer, nullable=False),
+    Column("append_time_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("partition", "offset"),
+    Index(None, "partition", "key"),  # compaction: latest record per key
+)
+
+# Records the compactor removed from log_records (superseded values, expired tombstones), kept
+# for the audit pipeline when COORD_ARCHIVE_HISTORY is on.
+log_history = Table(
+    "log_history",
+    metadata,
+    Column("partition", Integer, nullable=False, autoincrement=False),
+    Column("offset", BigInteger, nullable=False, autoincrement=False),
+    Column("record_type", SmallInteger, nullable=False),
+    Column("key", LargeBinary, nullable=False),
+    Column("value", LargeBinary, nullable=True),
+    Column("epoch", Integer, nullable=False),
+    Column("node_id", Integer, nullable=False),
+    Column("append_time_ms", BigInteger, nullable=False),
+    Column("compacted_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("partition", "offset"),
+)
+
+# The fence: only owner_node_id at `epoch` may append to `partition`.
+partition_leases = Table(
+    "partition_leases",
+    metadata,
+    Column("partition", Integer, primary_key=True, autoincrement=False),
+    Column("owner_node_id", Integer, nullable=True),  # NULL = released
+    Column("epoch", Integer, nullable=False),
+    Column("expires_at_ms", BigInteger, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", Integer, primary_key=True, autoincrement=False),
+    Column("kafka_host", String(255), nullable=False),
+    Column("kafka_port", Integer, nullable=False),
+    Column("admin_url", String(1024), nullable=True),
+    Column("heartbeat_ms", BigInteger, nullable=False),
+    Column("started_ms", BigInteger, nullable=False),
+)
+
+cluster_meta = Table(
+    "cluster_meta",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+)
