@@ -1,0 +1,36 @@
+"""/cluster, /healthz, /readyz, /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from api.deps import AdminAuth, AdminDep
+
+router = APIRouter(tags=["cluster"])
+
+
+@router.get("/healthz")
+async def healthz(request: Request) -> dict[str, Any]:
+    return {"status": "ok", "node_id": request.app.state.admin.node.node_id}
+
+
+@router.get("/readyz")
+async def readyz(admin: AdminDep) -> JSONResponse:
+    node = admin.node
+    loading = sorted(pid for pid, p in node.partitions.items() if p.state.value != "active")
+    body = {"ready": node.ready(), "owned": sorted(node.partitions), "loading": loading}
+    return JSONResponse(body, status_code=200 if node.ready() else 503)
+
+
+@router.get("/metrics")
+async def metrics(admin: AdminDep) -> Response:
+    return Response(generate_latest(admin.node.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/cluster", dependencies=[AdminAuth])
+async def cluster(admin: AdminDep) -> dict[str, Any]:
+    return admin.cluster_view()
