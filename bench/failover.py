@@ -1,0 +1,1043 @@
+"""Benchmark (not a test): log load time vs log size, and failover time, on real processes.
+
+    .venv/bin/python bench/failover.py            # full run (~6-8 min on 2 cores)
+    .venv/bin/python bench/failover.py --quick    # 10k records, one failover each (~1 min)
+
+1. Load time vs log size. For each size (10k, 100k, 1M records in the full run) and each
+   backend (SQLite file, PostgreSQL), a fresh database is filled with a realistic log written
+   straight through `EventLog.append` under leases taken by a fake node id (then released):
+   offset commits of many consumer groups, most of them superseded by later commits, group
+   metadata records at every rebalance (some groups end empty), and ~2% of the groups deleted
+   (offset + group tombstones). One `coordinator serve` then starts on it; reported: time from
+   spawn to /readyz 200 and to every partition active, failed (retried) loads, sum/max of
+   the per-partition `load_ms` from /cluster, records/s (records / max load_ms: the loads of
+   one node overlap, max is their wall time), and the ratio of that rate to a raw driver scan
+   of the same rows in the same run (sqlite3 cursor / asyncpg fetch: the floor). A 0-record
+   row gives the process start-up floor. An in-process breakdown splits a load into
+   EventLog.read (SQL + rows) and GroupCoordinator.replay.
+2. Failover time. 3 nodes on PostgreSQL (TTL 2000 and 5000 ms) and 2 nodes on one shared SQLite
+   file (TTL 2000 ms), on a 100k-record log. The node owning the most partitions is SIGKILLed;
+   the survivors' /cluster is polled every 20 ms until every partition is `active` on a
+   survivor. Reported as TTL + takeover+load, split into kill -> lease expiry (the victim's
+   remaining lease time, read from its /cluster just before the kill), expiry -> first claim
+   by a survivor (lease-round latency, <= TTL/4), and first claim -> all active (loading).
+   Each repetition restarts the victim and waits for the cluster to settle before killing the
+   node that then owns the most partitions.
+
+Compaction is pushed out of the way (COORD_COMPACTION_INTERVAL_MS=1h) so the log keeps the
+size it was written with. Uses tests/integration/harness.py's CoordinatorProcess (imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import heapq
+import json
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import asyncpg  # noqa: E402
+
+from app.group.coordinator import CoreConfig, GroupCoordinator  # noqa: E402
+from app.group.records import (  # noqa: E402
+    GroupMetadataValue,
+    MemberValue,
+    OffsetValue,
+    Record,
+    RecordType,
+    group_record,
+    offset_record,
+    partition_for,
+)
+from storage.log import AppendBatch, EventLog  # noqa: E402
+from tests.integration.harness import CoordinatorProcess  # noqa: E402
+
+FAKE_NODE = 9999  # the writer of the pre-populated log (never a live node id)
+PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+PG_DB = "bench_failover"
+PG_URL = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{PG_DB}"
+POLL_S = 0.020
+NODE_LOG_LEVEL = "WARNING"
+RAW_SQL = (
+    'SELECT "partition", "offset", record_type, key, value, epoch, append_time_ms, node_id '
+    'FROM log_records ORDER BY "partition", "offset"'
+)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ==== a realistic log ==========================================================================
+
+
+def _str16(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def encode_subscription(topics: Sequence[str]) -> bytes:
+    """ConsumerProtocolSubscription v0: topics, no user data."""
+    return (
+        struct.pack(">hi", 0, len(topics))
+        + b"".join(_str16(t) for t in topics)
+        + struct.pack(">i", -1)
+    )
+
+
+def encode_assignment(topic: str, partitions: Sequence[int]) -> bytes:
+    """ConsumerProtocolAssignment v0: one topic, no user data."""
+    return (
+        struct.pack(">hi", 0, 1)
+        + _str16(topic)
+        + struct.pack(">i", len(partitions))
+        + b"".join(struct.pack(">i", p) for p in partitions)
+        + struct.pack(">i", -1)
+    )
+
+
+OFFSET = RecordType.OFFSET_COMMIT
+_OFFSET_V0 = struct.Struct(">hqiiqq")
+
+
+def _offset_value(offset: int, ts: int) -> bytes:
+    """encode_offset_value(OffsetValue(offset, -1, "", ts, -1)), precompiled: generating a
+    million records through the generic writer takes longer than loading them. The first
+    commit of every group is built by records.py and checked against this."""
+    return _OFFSET_V0.pack(0, offset, -1, 0, ts, -1)
+
+
+@dataclass
+class _Group:
+    gid: str
+    part: int  # log partition
+    topic: str
+    partitions: int
+    interval_ms: int
+    generation: int = 0
+    offsets: list[int] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)  # offset record key per partition
+
+
+def _metadata(rng: random.Random, g: _Group, ts: int, empty: bool) -> Record:
+    g.generation += 1
+    n = 0 if empty else rng.randint(1, min(4, g.partitions))
+    members = []
+    for i in range(n):
+        mid = f"consumer-{g.gid}-{i}-{g.generation:08x}-4c1e-9a5b-{i:012x}"
+        mine = [p for p in range(g.partitions) if p % n == i]
+        members.append(
+            MemberValue(
+                member_id=mid,
+                group_instance_id=None,
+                client_id=f"consumer-{i}",
+                client_host=f"/10.0.{i}.{rng.randint(1, 254)}",
+                rebalance_timeout_ms=300_000,
+                session_timeout_ms=300_000,  # nobody expires while the benchmark runs
+                subscription=encode_subscription([g.topic]),
+                assignment=encode_assignment(g.topic, mine),
+            )
+        )
+    value = GroupMetadataValue(
+        protocol_type="consumer",
+        generation=g.generation,
+        protocol_name="range" if members else None,
+        leader=members[0].member_id if members else None,
+        current_state_timestamp=ts,
+        members=tuple(members),
+    )
+    return group_record(g.gid, value)
+
+
+def generate_log(n: int, partitions: int, seed: int = 7) -> dict[int, list[Record]]:
+    """About `n` records (exactly n unless n is tiny), by log partition, in append order.
+
+    One group per ~200 records; each consumes one topic of 3..12 partitions and commits every
+    partition it consumes every 1..10 s (simulated), so most offset records are superseded;
+    a rebalance (5% of a group's events) writes a new generation, 15% of which leave the group
+    empty. At the end ~2% of the groups are deleted: a tombstone per offset and for the group.
+    Commit timestamps start an hour ago (far inside offsets retention).
+    """
+    rng = random.Random(seed)
+    out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+    if n <= 0:
+        return out
+    n_groups = max(10, n // 200)
+    topics = [(f"topic-{i:03d}", rng.choice((3, 6, 8, 12))) for i in range(max(5, n_groups // 8))]
+    groups = []
+    for i in range(n_groups):
+        topic, parts = rng.choice(topics)
+        gid = f"group-{i:06d}"
+        groups.append(
+            _Group(gid, partition_for(gid, partitions), topic, parts, rng.randint(1000, 10000))
+        )
+    deleted = set(rng.sample(range(n_groups), max(1, n_groups // 50)))
+    tombstones = sum(groups[i].partitions + 1 for i in deleted)
+    budget = max(n - tombstones, n_groups)
+    start = now_ms() - 3_600_000
+    heap = [(start + rng.randint(0, g.interval_ms), i) for i, g in enumerate(groups)]
+    heapq.heapify(heap)
+    written = 0
+    while written < budget:
+        ts, i = heapq.heappop(heap)
+        g = groups[i]
+        if g.generation == 0 or rng.random() < 0.05:
+            recs = [_metadata(rng, g, ts, empty=g.generation > 0 and rng.random() < 0.15)]
+            if not g.offsets:
+                g.offsets = [rng.randint(0, 10_000_000) for _ in range(g.partitions)]
+        else:
+            recs = []
+            if not g.keys:  # first commit: built by records.py, the template of later ones
+                for p in range(g.partitions):
+                    r = offset_record(g.gid, g.topic, p, OffsetValue(g.offsets[p], -1, "", ts, -1))
+                    assert r.value == _offset_value(g.offsets[p], ts)
+                    g.keys.append(r.key)
+                    recs.append(r)
+            else:
+                rand = rng.random
+                for p in range(g.partitions):
+                    g.offsets[p] += int(rand() * 5000)
+                    recs.append(Record(OFFSET, g.keys[p], _offset_value(g.offsets[p], ts)))
+        recs = recs[: budget - written]
+        out[g.part].extend(recs)
+        written += len(recs)
+        heapq.heappush(heap, (ts + g.interval_ms, i))
+    for i in sorted(deleted):
+        g = groups[i]
+        out[g.part] += [offset_record(g.gid, g.topic, p, None) for p in range(g.partitions)]
+        out[g.part].append(group_record(g.gid, None))
+    return out
+
+
+def log_stats(log_: dict[int, list[Record]]) -> dict[str, Any]:
+    total = sum(len(v) for v in log_.values())
+    keys = {(r.type, r.key) for v in log_.values() for r in v}
+    groups = sum(1 for v in log_.values() for r in v if r.type == 1 and r.value is not None)
+    return {"records": total, "live_keys": len(keys), "group_metadata": groups}
+
+
+async def populate(url: str, log_: dict[int, list[Record]], partitions: int) -> float:
+    """Write the log through EventLog under leases of FAKE_NODE, then release them."""
+    t0 = time.perf_counter()
+    ev = await EventLog.open(url, migrate=True)
+    try:
+        await ev.ensure_log_partitions(partitions)
+        epochs = await ev.acquire_leases(list(range(partitions)), FAKE_NODE, 3_600_000, now_ms())
+        assert len(epochs) == partitions, f"could not take every lease: {epochs}"
+        chunk = 4000  # per partition per transaction (16 partitions -> 64k rows)
+        longest = max((len(v) for v in log_.values()), default=0)
+        for lo in range(0, longest, chunk):
+            batches = [
+                AppendBatch(p, epochs[p], FAKE_NODE, recs[lo : lo + chunk])
+                for p, recs in log_.items()
+                if recs[lo : lo + chunk]
+            ]
+            await ev.append(batches)
+        for p, e in epochs.items():
+            assert await ev.release_lease(p, FAKE_NODE, e)
+    finally:
+        await ev.close()
+    return time.perf_counter() - t0
+
+
+# ==== databases ================================================================================
+
+
+async def pg_recreate() -> None:
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {PG_DB}")
+    finally:
+        await conn.close()
+
+
+async def pg_drop() -> None:
+    conn = await asyncpg.connect(PG_ADMIN_DSN)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+    finally:
+        await conn.close()
+
+
+@dataclass
+class Backend:
+    name: str  # "sqlite" | "postgresql"
+    workdir: Path
+
+    def fresh(self, tag: str) -> str:
+        """A new empty database; returns its SQLAlchemy URL."""
+        if self.name == "postgresql":
+            asyncio.run(pg_recreate())
+            return PG_URL
+        path = self.workdir / f"{tag}.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return f"sqlite+aiosqlite:///{path}"
+
+
+def raw_scan(url: str) -> tuple[int, float]:
+    """(rows, seconds) of reading every log row with the bare driver: the floor."""
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[1]
+        t0 = time.perf_counter()
+        con = sqlite3.connect(path)
+        try:
+            cur = con.execute(RAW_SQL)
+            n = 0
+            while rows := cur.fetchmany(10_000):
+                n += len(rows)
+        finally:
+            con.close()
+        return n, time.perf_counter() - t0
+
+    async def pg() -> tuple[int, float]:
+        t0 = time.perf_counter()
+        conn = await asyncpg.connect(url.replace("+asyncpg", ""))
+        try:
+            rows = await conn.fetch(RAW_SQL)
+        finally:
+            await conn.close()
+        return len(rows), time.perf_counter() - t0
+
+    return asyncio.run(pg())
+
+
+async def inprocess_breakdown(url: str, partitions: int) -> dict[str, float]:
+    """One sequential load of every partition in this process: EventLog.read alone, then
+    GroupCoordinator.replay over the rows it returned (what CoordinatorNode._load does)."""
+    ev = await EventLog.open(url)
+    try:
+        t0 = time.perf_counter()
+        stored = []
+        for p in range(partitions):
+            async with contextlib.aclosing(ev.read(p, snapshot=True)) as batches:
+                async for batch in batches:
+                    stored.append(batch)
+        read_s = time.perf_counter() - t0
+    finally:
+        await ev.close()
+    t0 = time.perf_counter()
+    core = GroupCoordinator(CoreConfig(), lambda prefix: f"{prefix}-x")
+    n = 0
+    for batch in stored:
+        for s in batch:
+            core.replay(s.record())
+        n += len(batch)
+    replay_s = time.perf_counter() - t0
+    return {"records": n, "read_s": read_s, "replay_s": replay_s, "groups": len(core.groups)}
+
+
+# ==== nodes ====================================================================================
+
+
+def get_json(url: str, timeout: float = 2.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def node_env(partitions: int, ttl_ms: int, node_id: int) -> dict[str, str]:
+    return {
+        "COORD_NODE_ID": str(node_id),
+        "COORD_LOG_PARTITIONS": str(partitions),
+        "COORD_LEASE_TTL_MS": str(ttl_ms),
+        "COORD_COMPACTION_INTERVAL_MS": "3600000",
+        "COORD_LOG_LEVEL": NODE_LOG_LEVEL,
+    }
+
+
+def wait_ready(node: CoordinatorProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node.proc is not None and node.proc.poll() is not None:
+            raise RuntimeError(f"node exited with {node.proc.returncode}:\n{node.logs()}")
+        try:
+            with urllib.request.urlopen(node.admin_url + "/readyz", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except (OSError, urllib.error.HTTPError):
+            pass
+        time.sleep(POLL_S)
+    raise TimeoutError(f"not ready after {timeout}s:\n{node.logs()}")
+
+
+def log_count(node: CoordinatorProcess, needle: str) -> int:
+    """Lines of the node's logs (every start) containing `needle`."""
+    return sum(
+        f.read_text(errors="replace").count(needle) for f in node.workdir.glob("coordinator-*.log")
+    )
+
+
+LOAD_FAILED = "failed to load"  # node.py's warning when a load fails and is retried
+
+
+@contextlib.contextmanager
+def running(nodes: Sequence[CoordinatorProcess]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for n in nodes:  # SIGTERM all first: they shut down in parallel
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.terminate()
+        for n in nodes:
+            with contextlib.suppress(Exception):
+                n.stop()
+
+
+# ==== 1. load time vs log size =================================================================
+
+
+@dataclass
+class LoadResult:
+    backend: str
+    records: int
+    live_keys: int
+    populate_s: float
+    ready_s: float
+    load_sum_ms: float
+    load_max_ms: float
+    loaded: int
+    raw_s: float
+    breakdown: dict[str, float] | None
+    profile: list[tuple[str, float]] | None = None
+    load_failures: int = 0
+    all_active_s: float | None = None  # spawn -> every partition active (None: never)
+
+    @property
+    def rate(self) -> float:
+        return self.records / (self.load_max_ms / 1000) if self.load_max_ms else 0.0
+
+    @property
+    def raw_rate(self) -> float:
+        return self.records / self.raw_s if self.raw_s else 0.0
+
+
+def measure_load(
+    backend: Backend,
+    size: int,
+    log_: dict[int, list[Record]],
+    partitions: int,
+    breakdown: bool,
+    py_spy: str | None,
+    all_active_timeout: float = 180,
+) -> LoadResult:
+    url = backend.fresh(f"load-{size}")
+    stats = log_stats(log_)
+    populate_s = asyncio.run(populate(url, log_, partitions))
+    raw = [raw_scan(url)]  # also warms the cache for the node
+    wd = backend.workdir / f"node-load-{backend.name}-{size}"
+    wd.mkdir(exist_ok=True)
+    node = CoordinatorProcess(url, wd, node_env(partitions, 5000, 1))
+    profile = None
+    with running([node]):
+        t0 = time.perf_counter()
+        node.start(wait_ready=False)
+        spy = attach_py_spy(py_spy, node, wd / "py-spy.txt") if py_spy and size else None
+        wait_ready(node, timeout=600)
+        ready_s = time.perf_counter() - t0
+        # /readyz only looks at the partitions the node holds: a partition whose load failed
+        # was given back and is not counted until claimed again, so wait for all of them
+        view, all_active_s = wait_all_active(node, partitions, t0, timeout=all_active_timeout)
+        if spy is not None:
+            spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
+            spy.wait(30)
+            profile = summarize_profile(wd / "py-spy.txt")
+    failures = log_count(node, LOAD_FAILED)
+    raw.append(raw_scan(url))
+    mine = [p for p in view["partitions"] if p["state"] == "active" and p["partition"] >= 0]
+    loads = [p["load_ms"] or 0.0 for p in mine]
+    loaded = sum(p["records_loaded"] or 0 for p in mine)
+    if all_active_s is not None:
+        assert loaded == stats["records"], f"loaded {loaded} of {stats['records']} records"
+    assert all(n == stats["records"] for n, _ in raw), raw
+    bd = asyncio.run(inprocess_breakdown(url, partitions)) if breakdown and size else None
+    return LoadResult(
+        backend.name, stats["records"], stats["live_keys"], populate_s, ready_s,
+        sum(loads), max(loads, default=0.0), loaded, min(s for _, s in raw), bd, profile,
+        failures, all_active_s,
+    )  # fmt: skip
+
+
+def wait_all_active(
+    node: CoordinatorProcess, partitions: int, t0: float, timeout: float
+) -> tuple[dict[str, Any], float | None]:
+    """Poll /cluster until every partition is active on the node: (last view, seconds since
+    t0), or (last view, None) after `timeout`."""
+    want = set(range(-1, partitions))
+    while True:
+        view = get_json(node.admin_url + "/cluster", timeout=5)
+        t = time.perf_counter()
+        if {p["partition"] for p in view["partitions"] if p["state"] == "active"} >= want:
+            return view, t - t0
+        if t - t0 > timeout:
+            return view, None
+        time.sleep(POLL_S)
+
+
+def attach_py_spy(py_spy: str, node: CoordinatorProcess, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy record on the node (attaching fails until the interpreter is up: retry)."""
+    assert node.proc is not None
+    for _ in range(20):
+        time.sleep(0.1)
+        spy = subprocess.Popen(
+            [py_spy, "record", "--pid", str(node.proc.pid), "--rate", "200",
+             "--format", "raw", "--nonblocking", "-o", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            spy.wait(0.3)
+        if spy.poll() is None:
+            return spy
+    raise RuntimeError("py-spy could not attach to the node")
+
+
+def summarize_profile(path: Path, top: int = 15) -> list[tuple[str, float]]:
+    """py-spy raw (collapsed) stacks of the node -> [(frame, %)]: first the share of all
+    samples under CoordinatorNode._load, then, within those, the busiest frames of app/,
+    storage/ and SQLAlchemy by inclusive share."""
+    if not path.exists():
+        return []
+
+    def frame_name(frame: str) -> str:
+        name, _, where = frame.partition(" (")
+        file = where.rstrip(")").rpartition(":")[0]
+        return f"{name} ({'/'.join(Path(file).parts[-2:])})"
+
+    incl: Counter[str] = Counter()
+    total = in_load = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        names = [frame_name(f) for f in stack.split(";")]
+        if not any(n.startswith("CoordinatorNode._load ") for n in names):
+            continue
+        in_load += int(count)
+        for n in set(names):
+            if any(d in n for d in ("(group/", "(storage/", "(runtime/node", "(engine/")):
+                incl[n] += int(count)
+    if not in_load:
+        return []
+    out = [("all samples in CoordinatorNode._load (% of the node's samples)",
+            100 * in_load / total)]  # fmt: skip
+    out += [(f"{n} (% of _load)", 100 * c / in_load) for n, c in incl.most_common(top)]
+    return out
+
+
+# ==== 2. failover ==============================================================================
+
+
+@dataclass
+class FailoverRun:
+    settle_s: float  # (re)start -> every partition active on its planned owner
+    victim: int = 0
+    victim_partitions: int = 0
+    expiry_ms: float = 0.0  # kill -> the victim's leases expire
+    claim_ms: float = 0.0  # kill -> first claim by a survivor
+    total_ms: float = 0.0  # kill -> every partition active on a survivor
+    reloaded: int = 0
+    load_max_ms: float = 0.0
+    extra_moves: int = 0  # lease epochs bumped beyond one per lost partition (churn)
+    error: str = ""
+
+
+@dataclass
+class FailoverResult:
+    backend: str
+    nodes: int
+    ttl_ms: int
+    records: int
+    runs: list[FailoverRun]
+    url: str = ""
+    load_failures: int = 0  # loads that failed and were retried, all nodes, whole setup
+
+    @property
+    def ok(self) -> list[FailoverRun]:
+        return [r for r in self.runs if not r.error]
+
+
+def views(nodes: Sequence[CoordinatorProcess]) -> dict[int, dict[str, Any]]:
+    out = {}
+    for i, n in enumerate(nodes):
+        if n.proc is None or n.proc.poll() is not None:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            out[i] = get_json(n.admin_url + "/cluster", timeout=1)
+    return out
+
+
+def served(v: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The partitions a node's /cluster says it holds (loading or active)."""
+    return {p["partition"]: p for p in v["partitions"] if p["state"] is not None}
+
+
+def settled(
+    nodes: Sequence[CoordinatorProcess], partitions: int
+) -> dict[int, dict[str, Any]] | None:
+    """Every live node's view once each partition is active on exactly one node, the one the
+    placement plan names, and every live node serves some; else None."""
+    live = [i for i, n in enumerate(nodes) if n.proc is not None and n.proc.poll() is None]
+    vs = views(nodes)
+    if sorted(vs) != live:
+        return None
+    every: list[int] = []
+    for v in vs.values():
+        mine = served(v)
+        if not mine or any(
+            p["state"] != "active" or p["planned_owner"] != v["node_id"] for p in mine.values()
+        ):
+            return None
+        every += mine
+    return vs if sorted(every) == list(range(-1, partitions)) else None
+
+
+def wait_settled(
+    nodes: Sequence[CoordinatorProcess], partitions: int, timeout: float
+) -> dict[int, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for n in nodes:
+            if n.proc is not None and n.proc.poll() is not None and n.proc.returncode > 0:
+                raise RuntimeError(f"node exited:\n{n.logs()}")
+        got = settled(nodes, partitions)
+        if got is not None:
+            return got
+        time.sleep(0.1)
+    raise TimeoutError(f"cluster did not settle in {timeout:.0f} s")
+
+
+def kill_and_measure(
+    nodes: Sequence[CoordinatorProcess],
+    partitions: int,
+    vs: dict[int, dict[str, Any]],
+    run: FailoverRun,
+    timeout: float,
+) -> None:
+    victim = max(vs, key=lambda i: (len(served(vs[i])), -i))
+    survivors = [n for i, n in enumerate(nodes) if i != victim]
+    epochs = {pid: p["epoch"] for v in vs.values() for pid, p in served(v).items()}
+    pre = get_json(nodes[victim].admin_url + "/cluster")
+    lost = set(served(pre))
+    left = [p["lease_expires_in_ms"] for p in served(pre).values()
+            if p["lease_expires_in_ms"] is not None]  # fmt: skip
+    proc = nodes[victim].proc
+    assert proc is not None
+    t_view = time.perf_counter()
+    proc.kill()  # SIGKILL
+    t_kill = time.perf_counter()
+    proc.wait(10)
+    run.victim, run.victim_partitions = pre["node_id"], len(lost)
+    # every lease of a node is renewed by one statement; the largest is the current one
+    # (a partition claimed in the last round still shows the previous holder's row)
+    run.expiry_ms = max(max(left) - (t_kill - t_view) * 1000, 0.0) if left else float("nan")
+    want = set(range(-1, partitions))
+    first_claim = None
+    while True:
+        t = time.perf_counter()
+        if t > t_kill + timeout:
+            raise TimeoutError(f"not every partition active on a survivor after {timeout:.0f} s")
+        active: dict[int, dict[str, Any]] = {}
+        claimed: set[int] = set()
+        for n in survivors:
+            with contextlib.suppress(OSError, ValueError):
+                for pid, p in served(get_json(n.admin_url + "/cluster", timeout=1)).items():
+                    claimed.add(pid)
+                    if p["state"] == "active":
+                        active[pid] = p
+        if first_claim is None and claimed & lost:
+            first_claim = t
+        if set(active) >= want:
+            break
+        time.sleep(max(POLL_S - (time.perf_counter() - t), 0))
+    assert first_claim is not None
+    taken = [p for pid, p in active.items() if pid in lost and pid >= 0]
+    run.claim_ms = (first_claim - t_kill) * 1000
+    run.total_ms = (t - t_kill) * 1000
+    run.reloaded = sum(p["records_loaded"] or 0 for p in taken)
+    run.load_max_ms = max((p["load_ms"] or 0.0 for p in taken), default=0.0)
+    run.extra_moves = sum(p["epoch"] - epochs[pid] for pid, p in active.items()) - len(lost)
+
+
+def measure_failover(
+    backend: Backend,
+    n_nodes: int,
+    ttl_ms: int,
+    log_: dict[int, list[Record]],
+    partitions: int,
+    reps: int,
+    url: str | None = None,
+    settle_timeout: float = 60,
+) -> FailoverResult:
+    """`url`: a database already holding `log_` (the nodes of an earlier setup append nothing
+    without clients but their lease bookkeeping), else a fresh one is filled.
+
+    Nodes are started one after another, each once the cluster has settled: a node that starts
+    together with others claims partitions and then blocks its loop in start-up, which with a
+    short TTL costs it those leases again (see README_failover.md)."""
+    if url is None:
+        url = backend.fresh(f"failover-{n_nodes}-{ttl_ms}")
+        asyncio.run(populate(url, log_, partitions))
+    result = FailoverResult(backend.name, n_nodes, ttl_ms, sum(len(v) for v in log_.values()),
+                            [], url)  # fmt: skip
+    nodes = []
+    for i in range(n_nodes):
+        wd = backend.workdir / f"node-failover-{backend.name}-{ttl_ms}-{i + 1}"
+        wd.mkdir(exist_ok=True)
+        nodes.append(CoordinatorProcess(url, wd, node_env(partitions, ttl_ms, i + 1)))
+    with running(nodes):
+        t0 = time.perf_counter()
+        for r in range(reps):
+            run = FailoverRun(0.0)
+            result.runs.append(run)
+            try:
+                for n in nodes:
+                    if n.proc is None or n.proc.poll() is not None:
+                        n.start(wait_ready=False)
+                        wait_settled(nodes, partitions, settle_timeout)  # (re)joined
+                vs = wait_settled(nodes, partitions, settle_timeout)
+                run.settle_s = time.perf_counter() - t0
+                kill_and_measure(nodes, partitions, vs, run, timeout=settle_timeout)
+            except (TimeoutError, RuntimeError) as e:
+                run.settle_s = time.perf_counter() - t0
+                run.error = str(e).splitlines()[0]
+                log(f"  {backend.name} {n_nodes} nodes TTL {ttl_ms}: rep {r + 1}: {run.error}")
+                break
+            log(
+                f"  {backend.name} {n_nodes} nodes TTL {ttl_ms}: rep {r + 1}: settled in "
+                f"{run.settle_s:.1f} s; killed node {run.victim} ({run.victim_partitions} "
+                f"partitions), all active after {run.total_ms:.0f} ms (lease expiry "
+                f"{run.expiry_ms:.0f}, first claim {run.claim_ms:.0f}, reloaded "
+                f"{run.reloaded} records, {run.extra_moves} extra lease moves)"
+            )
+            t0 = time.perf_counter()
+    result.load_failures = sum(log_count(n, LOAD_FAILED) for n in nodes)
+    return result
+
+
+# ==== report ===================================================================================
+
+
+def fmt_n(n: float) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M" if n % 1_000_000 else f"{n // 1_000_000:.0f}M"
+    if n >= 1000:
+        return f"{n / 1000:.0f}k" if n % 1000 == 0 else f"{n / 1000:.1f}k"
+    return f"{n:.0f}"
+
+
+def load_table(results: list[LoadResult]) -> str:
+    lines = [
+        "| backend | records (live keys) | write s | time to /readyz s | all active s "
+        "| load sum / max ms | load rec/s | raw scan rec/s | load / raw | failed loads |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        active = "never" if r.all_active_s is None else f"{r.all_active_s:.2f}"
+        loads = f"{r.load_sum_ms:.0f} / {r.load_max_ms:.0f}"
+        if r.records == 0:
+            lines.append(
+                f"| {r.backend} | 0 (start-up floor) | - | {r.ready_s:.2f} | {active} | {loads} "
+                f"| - | - | - | {r.load_failures} |"
+            )
+            continue
+        star = "*" if r.load_failures else ""  # load_ms then times the last attempts only
+        lines.append(
+            f"| {r.backend} | {fmt_n(r.records)} ({fmt_n(r.live_keys)}) | {r.populate_s:.1f} "
+            f"| {r.ready_s:.2f} | {active} | {loads}{star} | {r.rate:,.0f}{star} "
+            f"| {r.raw_rate:,.0f} | {r.rate / r.raw_rate:.3f}{star} | {r.load_failures} |"
+        )
+    return "\n".join(lines)
+
+
+def breakdown_table(results: list[LoadResult]) -> str:
+    rows = [r for r in results if r.breakdown]
+    if not rows:
+        return ""
+    lines = [
+        "| backend | records | raw scan s | EventLog.read s | replay s | read+replay s "
+        "| node load (max load_ms) s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        b = r.breakdown or {}
+        lines.append(
+            f"| {r.backend} | {fmt_n(r.records)} | {r.raw_s:.2f} | {b['read_s']:.2f} "
+            f"| {b['replay_s']:.2f} | {b['read_s'] + b['replay_s']:.2f} "
+            f"| {r.load_max_ms / 1000:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def failover_table(results: list[FailoverResult]) -> str:
+    lines = [
+        "| backend | nodes | records | TTL ms | kill → all active ms: median (min-max) "
+        "| = kill → lease expiry | + expiry → first claim | + claim → all active "
+        "| takeover+load = total - TTL, ms | total / TTL | victim partitions; records reloaded "
+        "| extra lease moves | settle s | failed loads |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    med = statistics.median
+    for f in results:
+        ok = f.ok
+        head = f"| {f.backend} | {f.nodes} | {fmt_n(f.records)} | {f.ttl_ms} "
+        if not ok:
+            err = next((r.error for r in f.runs if r.error), "no run")
+            settle = "/".join(f"{r.settle_s:.0f}" for r in f.runs)
+            lines.append(head + f"| **{err}** | | | | | | | | {settle} | {f.load_failures} |")
+            continue
+        tot = [r.total_ms for r in ok]
+        exp = [r.expiry_ms for r in ok]
+        claim = [r.claim_ms - r.expiry_ms for r in ok]
+        load = [r.total_ms - r.claim_ms for r in ok]
+        vp = "/".join(str(r.victim_partitions) for r in ok)
+        rl = "/".join(fmt_n(r.reloaded) for r in ok)
+        failed = len(f.runs) - len(ok)
+        note = f" (+{failed} failed: {f.runs[-1].error})" if failed else ""
+        lines.append(
+            head + f"| {med(tot):.0f} ({min(tot):.0f}-{max(tot):.0f}){note} | {med(exp):.0f} "
+            f"| {med(claim):.0f} | {med(load):.0f} | {med(tot) - f.ttl_ms:.0f} "
+            f"| {med(tot) / f.ttl_ms:.2f} | {vp}; {rl} "
+            f"| {'/'.join(str(r.extra_moves) for r in ok)} "
+            f"| {'/'.join(f'{r.settle_s:.0f}' for r in f.runs)} | {f.load_failures} |"
+        )
+    return "\n".join(lines)
+
+
+def code_version() -> str:
+    """HEAD and whether the code the nodes run (app/, storage/, api/) differs from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "app", "storage", "api"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return f"{ROOT} is not a git checkout"
+    n = len(dirty.splitlines())
+    return f"{head}" + (f" + {n} uncommitted file(s) in app/ storage/ api/" if n else " (clean)")
+
+
+def machine() -> str:
+    pg = "?"
+    with contextlib.suppress(Exception):
+
+        async def v() -> str:
+            c = await asyncpg.connect(PG_ADMIN_DSN)
+            try:
+                return str(await c.fetchval("SHOW server_version"))
+            finally:
+                await c.close()
+
+        pg = asyncio.run(v())
+    cpu = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}, PostgreSQL {pg}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    )
+
+
+# ==== main =====================================================================================
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes only (< 1 min)")
+    ap.add_argument(
+        "--sizes",
+        help="comma-separated record counts (default 0,10k,100k,1M; "
+        "0 = the start-up floor; quick: 10k)",
+    )
+    ap.add_argument("--partitions", type=int, default=16, help="COORD_LOG_PARTITIONS")
+    ap.add_argument("--failover-records", type=int, help="log size for failover (100k)")
+    ap.add_argument("--reps", type=int, help="failover repetitions per setup (3; quick 1)")
+    ap.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=60,
+        help="seconds a cluster may take to settle (or a failover to finish)",
+    )
+    ap.add_argument("--backends", default="sqlite,postgresql")
+    ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--skip-failover", action="store_true")
+    ap.add_argument(
+        "--breakdown-size",
+        type=int,
+        help="size whose load is also split in-process (100k; quick 10k; 0 = none)",
+    )
+    ap.add_argument("--py-spy", metavar="BIN", help="profile the node's load of the largest size")
+    ap.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--node-log-level", default="WARNING", help="COORD_LOG_LEVEL of the nodes")
+    args = ap.parse_args()
+    global NODE_LOG_LEVEL
+    NODE_LOG_LEVEL = args.node_log_level
+
+    if args.sizes:
+        sizes = [int(float(s)) for s in args.sizes.split(",")]
+    else:
+        sizes = [10_000] if args.quick else [0, 10_000, 100_000, 1_000_000]
+    fo_records = args.failover_records or (10_000 if args.quick else 100_000)
+    reps = args.reps or (1 if args.quick else 3)
+    breakdown_size = args.breakdown_size
+    if breakdown_size is None:
+        breakdown_size = 10_000 if args.quick else 100_000
+    backends = args.backends.split(",")
+    P = args.partitions
+    work = Path(tempfile.mkdtemp(prefix="bench-failover-"))
+    started = time.perf_counter()
+    load_results: list[LoadResult] = []
+    fo_results: list[FailoverResult] = []
+    info = machine()
+    version = code_version()
+    load_before = os.getloadavg()
+    try:
+        if not args.skip_load:
+            for size in sizes:
+                t = time.perf_counter()
+                data = generate_log(size, P)
+                gen_s = time.perf_counter() - t
+                for name in backends:
+                    log(f"load: {name}, {size} records (generated in {gen_s:.1f}s)")
+                    r = measure_load(
+                        Backend(name, work), size, data, P,
+                        breakdown=size == breakdown_size,
+                        py_spy=args.py_spy if size == max(sizes) else None,
+                    )  # fmt: skip
+                    log(
+                        f"  ready {r.ready_s:.2f}s, all active {r.all_active_s}, load max "
+                        f"{r.load_max_ms:.0f} ms, {r.rate:,.0f} rec/s, raw {r.raw_rate:,.0f} "
+                        f"rec/s, {r.load_failures} failed loads"
+                    )
+                    load_results.append(r)
+                del data
+        if not args.skip_failover:
+            data = generate_log(fo_records, P)
+            setups = []
+            if "postgresql" in backends:
+                setups += [("postgresql", 3, 2000)]
+                if not args.quick:
+                    setups += [("postgresql", 3, 5000)]
+            if "sqlite" in backends:
+                setups += [("sqlite", 2, 2000)]
+            filled: dict[str, str] = {}
+            for name, n_nodes, ttl in setups:
+                log(f"failover: {name}, {n_nodes} nodes, TTL {ttl} ms, {fo_records} records")
+                f = measure_failover(
+                    Backend(name, work),
+                    n_nodes,
+                    ttl,
+                    data,
+                    P,
+                    reps,
+                    url=filled.get(name),
+                    settle_timeout=args.settle_timeout,
+                )
+                filled[name] = f.url
+                fo_results.append(f)
+    finally:
+        if "postgresql" in backends:
+            with contextlib.suppress(Exception):
+                asyncio.run(pg_drop())
+        if args.keep:
+            log(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    elapsed = time.perf_counter() - started
+    load_after = os.getloadavg()
+    out = [
+        f"Machine: {info}",
+        f"Code: {version}",
+        f"Load average (1 min) before / after: {load_before[0]:.1f} / {load_after[0]:.1f} "
+        f"on {os.cpu_count()} CPUs (other work on the machine inflates every number)",
+        f"Log partitions: {P}; total benchmark time {elapsed:.0f} s",
+        "",
+    ]
+    if load_results:
+        out += ["### Load time vs log size (one node)", "", load_table(load_results), ""]
+        if any(r.load_failures for r in load_results):
+            out += [
+                "\\* some partition loads failed and were retried (`failed to load` in the "
+                "node's log): load_ms then times the last attempts only; see 'all active'.",
+                "",
+            ]
+        bd = breakdown_table(load_results)
+        if bd:
+            out += ["### Where a load's time goes (in-process, sequential, same rows)", "", bd, ""]
+        for r in load_results:
+            if r.profile:
+                out += [
+                    f"### py-spy: {r.backend}, {fmt_n(r.records)} records "
+                    "(inclusive % of the node's samples)",
+                    "",
+                ]
+                out += [f"- {pct:5.1f}%  {name}" for name, pct in r.profile]
+                out.append("")
+    if fo_results:
+        out += [
+            "### Failover (SIGKILL of the node owning the most partitions)",
+            "",
+            failover_table(fo_results),
+            "",
+        ]
+    print("\n".join(out))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "code": version,
+                    "load": [r.__dict__ for r in load_results],
+                    "failover": [
+                        {**f.__dict__, "runs": [r.__dict__ for r in f.runs]} for f in fo_results
+                    ],
+                },
+                indent=1,
+                default=str,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1047 @@
+"""The rebalance audit: `coordinator export` Parquet (log + history) -> audit tables.
+
+Every table is computed by Spark and written as Parquet under OUT/tables/<name>; the driver only
+ever sees counts and a handful of example rows. Tables that later stages read are written
+first and read back, which keeps each stage's plan short and is the natural checkpoint on a
+cluster.
+
+How the log answers each question (app/group/records.py):
+- A group's history is its GROUP_METADATA records in log order (one log partition per group).
+  A tombstone deletes the group; a later record starts a new *incarnation* at generation 1.
+- The first record of a generation is written when the leader's assignment is durable: the
+  rebalance started at `rebalance_started_ms` (v1), for `rebalance_reason` (v1), and ended at
+  the record's append time. Later records of the same generation persist static replacements
+  (same generation, a new member id for a known group.instance.id: no rebalance). A rebalance
+  that emptied the group writes a record without members.
+- An OFFSET_COMMIT belongs to the generation of the group's latest metadata record before it
+  in the log (commits are refused while a group completes a rebalance). Resets are commits
+  with `source` = reset (OffsetValue v1).
+- STATIC_REGISTRATION records open a pre-registered scale-up (expected instances), mark its
+  expansion start, and close it (empty expected, `dropped` = who never came).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.decode import (
+    INPUT_COLUMNS,
+    MEMBER_SCHEMA,
+    OFFSET_SCHEMA,
+    REGISTRATION_SCHEMA,
+    decode_group_batches,
+    decode_offset_batches,
+    decode_registration_batches,
+)
+from pipeline.spark import log, progress
+
+GROUP_METADATA, OFFSET_COMMIT, TOPIC, STATIC_REGISTRATION = 1, 2, 3, 4
+SOURCE_RESET = 1
+
+LOG_COLUMNS = [
+    "partition",
+    "offset",
+    "record_type",
+    "key",
+    "value",
+    "epoch",
+    "node_id",
+    "append_time_ms",
+]
+
+INVARIANTS: dict[str, str] = {
+    "generation_never_decreases": "a group's generation never decreases in log order "
+    "(per incarnation: a deleted and re-created group starts again)",
+    "partition_single_owner": "no partition is owned by two members (group.instance.id, else "
+    "member id) in one generation",
+    "assignment_within_subscription": "every member's assignment covers only topics it "
+    "subscribed to (consumer protocol)",
+    "offsets_monotonic_within_generation": "no committed offset goes backwards within one "
+    "generation, unless it is a reset (OffsetValue source=reset: admin API)",
+    "leader_is_member": "a group record with members names one of them as leader",
+    "records_decode": "every record's key and value decode (group, offset, registration, "
+    "consumer-protocol bytes; known record types)",
+    "unique_log_positions": "each (partition, offset) appears once in log + history",
+}
+
+
+@dataclass
+class AuditResult:
+    input_dir: str
+    out: Path
+    input_rows: int
+    seconds: float
+    tables: dict[str, int] = field(default_factory=dict)
+    invariants: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def violations(self) -> int:
+        return sum(int(i["violations"]) for i in self.invariants)
+
+
+def _spark_schema(arrow_schema: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def _is_local_path(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def read_log(spark: Any, input_dir: str) -> Any:
+    """log + history with `log_partition`, `log_offset` and `in_history`."""
+    from pyspark.sql import functions as F
+
+    base = input_dir.rstrip("/")
+    frames = []
+    for name, in_history in (("log.parquet", False), ("history.parquet", True)):
+        path = f"{base}/{name}"
+        if _is_local_path(path) and not Path(path.removeprefix("file://")).exists():
+            if name == "log.parquet":
+                raise FileNotFoundError(f"{path}: not a `coordinator export` directory")
+            continue
+        df = spark.read.parquet(path).select(*LOG_COLUMNS)
+        frames.append(df.withColumn("in_history", F.lit(in_history)))
+    recs = frames[0]
+    for other in frames[1:]:
+        recs = recs.unionByName(other)
+    return recs.withColumnRenamed("partition", "log_partition").withColumnRenamed(
+        "offset", "log_offset"
+    )
+
+
+class Audit:
+    """One audit run: input -> OUT/tables/*. `run()` executes every stage in order."""
+
+    def __init__(self, spark: Any, input_dir: str, out_dir: str, examples: int = 5) -> None:
+        self.spark = spark
+        self.input_dir = input_dir
+        self.out = out_dir.rstrip("/")
+        self.examples = examples
+        self.tables: dict[str, int] = {}
+        self._persisted: list[Any] = []
+
+    # ---- plumbing ---------------------------------------------------------------------------
+
+    def path(self, name: str) -> str:
+        return f"{self.out}/tables/{name}"
+
+    def write(self, name: str, df: Any) -> Any:
+        """Write a table, read it back (lineage cut), log its row count."""
+        df.write.mode("overwrite").parquet(self.path(name))
+        back = self.spark.read.parquet(self.path(name))
+        rows = _parquet_rows(self.path(name))
+        if rows is None:  # not a local directory: ask Spark
+            rows = int(back.count())
+        self.tables[name] = rows
+        log(f"  table {name}: {rows:,} rows")
+        return back
+
+    def persist(self, df: Any) -> Any:
+        from pyspark.storagelevel import StorageLevel
+
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(df)
+        return df
+
+    def release(self) -> None:
+        for df in self._persisted:
+            df.unpersist()
+        self._persisted.clear()
+
+    # ---- stages -----------------------------------------------------------------------------
+
+    def run(self) -> AuditResult:
+        t0 = time.monotonic()
+        try:
+            with progress(self.spark, "reading log + history"):
+                recs = read_log(self.spark, self.input_dir)
+                summary = self.write("input_summary", self._input_summary(recs))
+                input_rows = int(summary.agg({"records": "sum"}).collect()[0][0] or 0)
+                log(f"  {input_rows:,} records in log + history")
+                self._input_rows = input_rows
+            with progress(self.spark, "decoding group metadata (members, assignments)"):
+                members, records = self._group_records(recs)
+            with progress(self.spark, "generations, partitions moved"):
+                gens = self._generations(members, records)
+            with progress(self.spark, "static replacements, SkipAssignment, fenced instances"):
+                self._static_identity(members, gens)
+            with progress(self.spark, "pre-registered scale-ups"):
+                self._scale_ups(recs, gens)
+            with progress(self.spark, "forced rebalances and reasons"):
+                self._reasons(gens)
+            with progress(self.spark, "offset commits (generation as of the log, movement)"):
+                commits = self._commits(recs, records)
+                activity = self._commit_activity(commits)
+            with progress(self.spark, "invariants"):
+                invariants = self._invariants(recs, members, records, commits)
+            with progress(self.spark, "per-group summary"):
+                self._group_summary(gens, activity)
+        finally:
+            self.release()
+        result = AuditResult(
+            self.input_dir,
+            Path(self.out),
+            input_rows,
+            time.monotonic() - t0,
+            dict(self.tables),
+            invariants,
+        )
+        if _is_local_path(self.out):
+            Path(self.out, "summary.json").write_text(
+                json.dumps(
+                    {
+                        "input": self.input_dir,
+                        "input_rows": input_rows,
+                        "seconds": round(result.seconds, 3),
+                        "tables": self.tables,
+                        "invariants": invariants,
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
+        return result
+
+    def _input_summary(self, recs: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        kind = (
+            F.when(F.col("record_type") == GROUP_METADATA, "group_metadata")
+            .when(F.col("record_type") == OFFSET_COMMIT, "offset_commit")
+            .when(F.col("record_type") == TOPIC, "topic")
+            .when(F.col("record_type") == STATIC_REGISTRATION, "static_registration")
+            .otherwise("unknown")
+        )
+        return (
+            recs.groupBy("record_type", kind.alias("kind"), "in_history")
+            .agg(
+                F.count("*").alias("records"),
+                F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
+                F.min("append_time_ms").alias("first_append_ms"),
+                F.max("append_time_ms").alias("last_append_ms"),
+                F.countDistinct("log_partition").alias("log_partitions"),
+            )
+            .coalesce(1)
+        )
+
+    # ---- group metadata -----------------------------------------------------------------------
+
+    def _group_records(self, recs: Any) -> tuple[Any, Any]:
+        """Decoded members (one row per record and member) and live group records (one row per
+        record, with incarnation, neighbours in log order and position in its generation)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        raw = recs.filter(F.col("record_type") == GROUP_METADATA).select(*INPUT_COLUMNS)
+        members = self.persist(raw.mapInArrow(decode_group_batches, _spark_schema(MEMBER_SCHEMA)))
+        self._all_members = members
+        member_cols = [f.name for f in MEMBER_SCHEMA if f.name not in _RECORD_COLUMNS]
+        records = members.filter(F.col("member_index") <= 0).drop(*member_cols)
+        by_group = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
+        records = records.withColumn(
+            "incarnation",
+            F.coalesce(
+                F.sum(F.col("tombstone").cast("int")).over(
+                    by_group.rowsBetween(Window.unboundedPreceding, -1)
+                ),
+                F.lit(0),
+            ),
+        )
+        live = records.filter(
+            ~F.col("tombstone") & F.col("decode_error").isNull() & F.col("group_id").isNotNull()
+        )
+        seq = Window.partitionBy("group_id", "incarnation").orderBy("log_partition", "log_offset")
+        in_gen = Window.partitionBy("group_id", "incarnation", "generation")
+        live = (
+            live.withColumn("prev_offset", F.lag("log_offset").over(seq))
+            .withColumn("prev_generation", F.lag("generation").over(seq))
+            .withColumn("next_offset", F.lead("log_offset").over(seq))
+            .withColumn("next_generation", F.lead("generation").over(seq))
+            .withColumn(
+                "rn_in_gen", F.row_number().over(in_gen.orderBy("log_partition", "log_offset"))
+            )
+            .withColumn(
+                "kind",
+                F.when(F.col("rn_in_gen") == 1, "rebalance").otherwise("same_generation"),
+            )
+        )
+        tombstones = records.filter(F.col("tombstone") & F.col("group_id").isNotNull()).select(
+            "group_id",
+            "log_partition",
+            "log_offset",
+            "append_time_ms",
+            "in_history",
+            "incarnation",
+            F.lit("tombstone").alias("kind"),
+        )
+        group_records = self.write(
+            "group_records",
+            live.drop("decode_error", "tombstone").unionByName(
+                tombstones, allowMissingColumns=True
+            ),
+        )
+        live = group_records.filter(F.col("kind") != "tombstone")
+        enrich = live.select(
+            "log_partition",
+            "log_offset",
+            "incarnation",
+            "prev_offset",
+            "next_offset",
+            "next_generation",
+            "rn_in_gen",
+        )
+        live_members = self.persist(
+            members.filter(
+                (F.col("member_index") >= 0)
+                & F.col("decode_error").isNull()
+                & F.col("group_id").isNotNull()
+            )
+            .join(enrich, ["log_partition", "log_offset"])
+            .withColumn("owner", F.coalesce("instance_id", "member_id"))
+        )
+        return live_members, group_records
+
+    def _generations(self, members: Any, records: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        own = self.persist(
+            members.select(
+                "group_id",
+                "incarnation",
+                "generation",
+                "log_partition",
+                "log_offset",
+                "rn_in_gen",
+                "prev_offset",
+                "next_offset",
+                "next_generation",
+                "owner",
+                F.explode("assigned").alias("tp"),
+            ).select(
+                "*", F.col("tp.topic").alias("topic"), F.col("tp.partition").alias("partition")
+            )
+        )
+        self._owners = own
+        keys = ["log_partition", "prev_offset", "cur_offset", "topic", "partition"]
+        cur = own.filter(F.col("rn_in_gen") == 1).select(
+            "log_partition",
+            "prev_offset",
+            F.col("log_offset").alias("cur_offset"),
+            "topic",
+            "partition",
+            "owner",
+        )
+        # the last record of a generation, facing the first record of the next one
+        prev = own.filter(
+            F.col("next_generation").isNotNull() & (F.col("next_generation") != F.col("generation"))
+        ).select(
+            "log_partition",
+            F.col("log_offset").alias("prev_offset"),
+            F.col("next_offset").alias("cur_offset"),
+            "topic",
+            "partition",
+            F.col("owner").alias("prev_owner"),
+        )
+        has, had = F.col("owner").isNotNull(), F.col("prev_owner").isNotNull()
+        moves = (
+            cur.join(prev, keys, "full_outer")
+            .groupBy("log_partition", "cur_offset")
+            .agg(
+                F.sum(has.cast("int")).alias("partitions_assigned"),
+                F.sum((has & had & (F.col("owner") != F.col("prev_owner"))).cast("int")).alias(
+                    "partitions_moved"
+                ),
+                F.sum((has & ~had).cast("int")).alias("partitions_new"),
+                F.sum((~has & had).cast("int")).alias("partitions_revoked"),
+            )
+            .withColumnRenamed("cur_offset", "log_offset")
+        )
+
+        def known(c: str) -> Any:  # -1 = unknown
+            return F.when(F.col(c) >= 0, F.col(c))
+
+        first = records.filter(F.col("kind") == "rebalance").select(
+            "group_id",
+            "incarnation",
+            "generation",
+            "prev_generation",
+            "log_partition",
+            "log_offset",
+            "rebalance_reason",
+            known("rebalance_started_ms").alias("rebalance_started_ms"),
+            known("state_timestamp_ms").alias("join_completed_ms"),
+            F.col("append_time_ms").alias("rebalance_ended_ms"),
+            "members",
+            "static_members",
+            "dynamic_members",
+            "leader",
+            "leader_instance",
+            "protocol_type",
+            "protocol_name",
+            "in_history",
+        )
+        gens = (
+            first.join(moves, ["log_partition", "log_offset"], "left")
+            .fillna(
+                0,
+                ["partitions_assigned", "partitions_moved", "partitions_new", "partitions_revoked"],
+            )
+            .withColumn("duration_ms", F.col("rebalance_ended_ms") - F.col("rebalance_started_ms"))
+            .withColumn(
+                "forced", F.coalesce(F.col("rebalance_reason").startswith("admin: "), F.lit(False))
+            )
+            .withColumn("empty", F.col("members") == 0)
+        )
+        return self.write("generations", gens)
+
+    def _static_identity(self, members: Any, gens: Any) -> None:
+        """Static replacements absorbed without a rebalance, SkipAssignment leader rejoins, and
+        every member id fenced by a new one for the same group.instance.id."""
+        from pyspark.sql import functions as F
+
+        static = members.filter(F.col("instance_id").isNotNull())
+        cur = static.select(
+            "group_id",
+            "incarnation",
+            "log_partition",
+            "log_offset",
+            "prev_offset",
+            "generation",
+            "append_time_ms",
+            "instance_id",
+            F.col("member_id").alias("new_member_id"),
+            "leader",
+            "skip_assignment",
+            "rebalance_reason",
+        )
+        prev = static.select(
+            "log_partition",
+            F.col("log_offset").alias("prev_offset"),
+            "instance_id",
+            F.col("member_id").alias("old_member_id"),
+            F.col("generation").alias("old_generation"),
+            F.col("leader").alias("old_leader"),
+        )
+        changes = self.persist(
+            cur.join(prev, ["log_partition", "prev_offset", "instance_id"]).filter(
+                F.col("new_member_id") != F.col("old_member_id")
+            )
+        )
+        in_place = changes.filter(F.col("generation") == F.col("old_generation")).select(
+            "group_id",
+            "incarnation",
+            "generation",
+            "instance_id",
+            "old_member_id",
+            "new_member_id",
+            (F.col("old_leader") == F.col("old_member_id")).alias("leader_replaced"),
+            F.when(F.col("old_leader") == F.col("old_member_id"), F.col("skip_assignment")).alias(
+                "skip_assignment"
+            ),
+            F.col("append_time_ms").alias("replaced_at_ms"),
+            "log_partition",
+            "log_offset",
+        )
+        replaced = self.write("static_replacements", in_place)
+        self.write(
+            "skip_assignment_rejoins",
+            replaced.filter(F.col("leader_replaced")).drop("leader_replaced"),
+        )
+        across = changes.filter(F.col("generation") != F.col("old_generation"))
+        fenced = replaced.select(
+            "group_id",
+            "instance_id",
+            F.col("old_member_id").alias("fenced_member_id"),
+            F.col("new_member_id").alias("by_member_id"),
+            F.col("generation").alias("from_generation"),
+            "generation",
+            F.lit("replaced_in_place").alias("kind"),
+            F.col("replaced_at_ms").alias("at_ms"),
+            "log_partition",
+            "log_offset",
+        ).unionByName(
+            across.select(
+                "group_id",
+                "instance_id",
+                F.col("old_member_id").alias("fenced_member_id"),
+                F.col("new_member_id").alias("by_member_id"),
+                F.col("old_generation").alias("from_generation"),
+                "generation",
+                F.lit("replaced_across_rebalance").alias("kind"),
+                F.col("append_time_ms").alias("at_ms"),
+                "log_partition",
+                "log_offset",
+            )
+        )
+        self.write("fenced_instances", fenced)
+
+    def _scale_ups(self, recs: Any, gens: Any) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        regs = (
+            recs.filter(F.col("record_type") == STATIC_REGISTRATION)
+            .select(*INPUT_COLUMNS)
+            .mapInArrow(decode_registration_batches, _spark_schema(REGISTRATION_SCHEMA))
+        )
+        self._bad_registrations = regs.filter(F.col("decode_error").isNotNull())
+        regs = regs.filter(F.col("decode_error").isNull())
+        w = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
+        closing = F.col("tombstone") | (F.size("expected") == 0)
+        regs = (
+            regs.withColumn("is_close", closing)
+            .withColumn(
+                "opens", ~F.col("is_close") & F.coalesce(F.lag(closing).over(w), F.lit(True))
+            )
+            .withColumn("episode", F.sum(F.col("opens").cast("int")).over(w))
+            .filter(F.col("episode") > 0)
+        )
+        open_ = ~F.col("is_close")
+        episodes = regs.groupBy("group_id", "episode").agg(
+            F.first("log_partition").alias("log_partition"),
+            F.min(F.when(open_, F.col("registered_ms"))).alias("registered_ms"),
+            F.array_sort(F.array_distinct(F.flatten(F.collect_list("expected")))).alias(
+                "instances"
+            ),
+            F.max(F.when(F.col("expansion_started_ms") >= 0, F.col("expansion_started_ms"))).alias(
+                "expansion_started_ms"
+            ),
+            F.max("expansion_timeout_ms").alias("expansion_timeout_ms"),
+            F.min("log_offset").alias("opened_offset"),
+            F.min(F.when(open_ & (F.col("expansion_started_ms") >= 0), F.col("log_offset"))).alias(
+                "started_offset"
+            ),
+            F.min(F.when(F.col("is_close"), F.col("log_offset"))).alias("closed_offset"),
+            F.min(F.when(F.col("is_close"), F.col("append_time_ms"))).alias("closed_ms"),
+            F.array_sort(
+                F.array_distinct(
+                    F.flatten(
+                        F.collect_list(F.coalesce("dropped", F.array().cast("array<string>")))
+                    )
+                )
+            ).alias("dropped"),
+        )
+        g = gens.select("group_id", F.col("log_offset").alias("g_offset"), "generation", "members")
+        during = (
+            episodes.select("group_id", "episode", "started_offset", "closed_offset")
+            .join(g, "group_id")
+            .filter(
+                F.col("started_offset").isNotNull()
+                & (F.col("g_offset") > F.col("started_offset"))
+                & (F.col("closed_offset").isNull() | (F.col("g_offset") < F.col("closed_offset")))
+            )
+            .groupBy("group_id", "episode")
+            .agg(
+                F.count("*").alias("rebalances"),
+                F.array_sort(F.collect_list("generation")).alias("generations"),
+            )
+        )
+        scale = (
+            episodes.join(during, ["group_id", "episode"], "left")
+            .fillna(0, ["rebalances"])
+            .withColumn("registered", F.size("instances"))
+            .withColumn("joined", F.size(F.array_except("instances", "dropped")))
+            .withColumn(
+                "outcome",
+                F.when(F.col("closed_offset").isNull(), "open")
+                .when(F.size("dropped") == 0, "completed")
+                .when(F.col("joined") == 0, "none_joined")
+                .otherwise("partial"),
+            )
+            .withColumn("duration_ms", F.col("closed_ms") - F.col("expansion_started_ms"))
+        )
+        self.write("scale_ups", scale)
+
+    def _reasons(self, gens: Any) -> None:
+        from pyspark.sql import functions as F
+
+        self.write(
+            "forced_rebalances",
+            gens.filter(F.col("forced")).select(
+                "group_id",
+                "generation",
+                F.expr("substring(rebalance_reason, 8)").alias("reason"),
+                "rebalance_started_ms",
+                "rebalance_ended_ms",
+                "duration_ms",
+                "members",
+                "partitions_moved",
+                "log_partition",
+                "log_offset",
+            ),
+        )
+        self.write(
+            "rebalance_reasons",
+            gens.groupBy(F.coalesce("rebalance_reason", F.lit("(not recorded)")).alias("reason"))
+            .agg(
+                F.count("*").alias("rebalances"),
+                F.countDistinct("group_id").alias("groups"),
+                F.sum("duration_ms").alias("total_duration_ms"),
+                F.expr("percentile_approx(duration_ms, 0.5)").alias("median_duration_ms"),
+                F.sum("partitions_moved").alias("partitions_moved"),
+                F.sum(F.col("empty").cast("int")).alias("emptied_group"),
+            )
+            .coalesce(1),
+        )
+
+    # ---- offset commits ------------------------------------------------------------------------
+
+    def _commits(self, recs: Any, records: Any) -> Any:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        off = (
+            recs.filter(F.col("record_type") == OFFSET_COMMIT)
+            .select(*INPUT_COLUMNS)
+            .mapInArrow(decode_offset_batches, _spark_schema(OFFSET_SCHEMA))
+            .withColumn("ok", F.col("key_ok") & F.col("value_ok"))
+            .select(
+                "group_id",
+                "topic",
+                "partition",
+                "log_partition",
+                "log_offset",
+                "append_time_ms",
+                "tombstone",
+                "committed_offset",
+                "commit_timestamp_ms",
+                "source",
+                "ok",
+            )
+        )
+        # The generation as of each commit: the group's latest metadata record before it in
+        # the log. Metadata records are few: each one's interval [its offset, the next one's)
+        # is broadcast and joined on the group, so the commits are not sorted for this.
+        seq = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
+        intervals = records.select(
+            F.col("group_id").alias("m_group"),
+            F.col("log_partition").alias("m_part"),
+            F.col("log_offset").alias("m_from"),
+            F.lead("log_offset").over(seq).alias("m_to"),
+            F.when(F.col("kind") == "tombstone", F.lit(-1))
+            .otherwise(F.col("generation"))
+            .alias("m_gen"),
+            (F.col("incarnation") + (F.col("kind") == "tombstone").cast("int")).alias("m_inc"),
+        )
+        during = (
+            (F.col("group_id") == F.col("m_group"))
+            & (F.col("log_partition") == F.col("m_part"))
+            & (F.col("log_offset") > F.col("m_from"))
+            & (F.col("m_to").isNull() | (F.col("log_offset") < F.col("m_to")))
+        )
+        commits = (
+            off.join(F.broadcast(intervals), during, "left")
+            .withColumn("generation", F.coalesce("m_gen", F.lit(-1)))
+            .withColumn("incarnation", F.coalesce("m_inc", F.lit(0)))
+            .drop("m_group", "m_part", "m_from", "m_to", "m_gen", "m_inc")
+        )
+        # records that do not decode stay in the table (flagged, `ok` false) but never stand
+        # next to a good one in a partition's sequence
+        tp = Window.partitionBy("group_id", "topic", "partition", "ok").orderBy(
+            "log_partition", "log_offset"
+        )
+        prev_ok = F.lag("tombstone").over(tp) == F.lit(False)
+        prev_off = F.lag("committed_offset").over(tp)
+        both_live = prev_ok & ~F.col("tombstone")
+        commits = (
+            commits.withColumn("prev_committed_offset", F.when(both_live, prev_off))
+            .withColumn("prev_generation", F.when(both_live, F.lag("generation").over(tp)))
+            .withColumn("prev_incarnation", F.when(both_live, F.lag("incarnation").over(tp)))
+            .withColumn("delta", F.col("committed_offset") - F.col("prev_committed_offset"))
+            .withColumn("regression", F.coalesce(F.col("delta") < 0, F.lit(False)))
+            .withColumn(
+                "violation",
+                F.col("ok")
+                & F.col("regression")
+                & (F.col("source") != SOURCE_RESET)
+                & (F.col("generation") == F.col("prev_generation"))
+                & (F.col("incarnation") == F.col("prev_incarnation")),
+            )
+        )
+        commits = self.persist(commits)
+        self._bad_offsets = commits.filter(~F.col("ok"))
+        return commits
+
+    def _commit_activity(self, commits: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        commits = commits.filter(F.col("ok"))
+
+        live = ~F.col("tombstone")
+        order = F.when(live, F.col("log_offset"))
+        activity = commits.groupBy("group_id", "topic", "partition").agg(
+            F.sum(live.cast("long")).alias("commits"),
+            F.sum((live & (F.col("source") != SOURCE_RESET)).cast("long")).alias("member_commits"),
+            F.sum((F.col("source") == SOURCE_RESET).cast("long")).alias("resets"),
+            F.sum(F.col("tombstone").cast("long")).alias("tombstones"),
+            F.min("commit_timestamp_ms").alias("first_commit_ms"),
+            F.max("commit_timestamp_ms").alias("last_commit_ms"),
+            F.min_by("committed_offset", order).alias("first_offset"),
+            F.max_by("committed_offset", order).alias("last_offset"),
+            F.min("committed_offset").alias("min_offset"),
+            F.max("committed_offset").alias("max_offset"),
+            F.coalesce(F.sum(F.when(F.col("delta") > 0, F.col("delta"))), F.lit(0)).alias(
+                "offset_advance"
+            ),
+            F.coalesce(F.sum(F.when(F.col("delta") < 0, -F.col("delta"))), F.lit(0)).alias(
+                "offset_rewound"
+            ),
+            F.sum(F.col("regression").cast("long")).alias("regressions"),
+            F.sum(F.col("violation").cast("long")).alias("violations"),
+            F.countDistinct("generation").alias("generations"),
+        )
+        return self.write("commit_activity", activity)
+
+    # ---- invariants ----------------------------------------------------------------------------
+
+    def _invariants(
+        self, recs: Any, members: Any, records: Any, commits: Any
+    ) -> list[dict[str, Any]]:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        live = records.filter(F.col("kind") != "tombstone")
+
+        def v(df: Any, name: str, detail: Any) -> Any:
+            return df.select(
+                F.lit(name).alias("invariant"),
+                "group_id",
+                F.col("generation").cast("int").alias("generation"),
+                "log_partition",
+                "log_offset",
+                detail.alias("detail"),
+            )
+
+        checked: dict[str, Any] = {}
+        found = []
+
+        # generation never decreases
+        checked["generation_never_decreases"] = live.filter(F.col("prev_generation").isNotNull())
+        found.append(
+            v(
+                live.filter(F.col("generation") < F.col("prev_generation")),
+                "generation_never_decreases",
+                F.format_string(
+                    "generation %d follows generation %d (record before at offset %d)",
+                    "generation",
+                    "prev_generation",
+                    "prev_offset",
+                ),
+            )
+        )
+
+        # one owner per partition and generation
+        per_tp = self._owners.groupBy(
+            "group_id", "incarnation", "generation", "topic", "partition"
+        ).agg(
+            F.array_sort(F.collect_set("owner")).alias("owners"),
+            F.min("log_partition").alias("log_partition"),
+            F.min("log_offset").alias("log_offset"),
+        )
+        checked["partition_single_owner"] = per_tp
+        found.append(
+            v(
+                per_tp.filter(F.size("owners") > 1),
+                "partition_single_owner",
+                F.format_string(
+                    "%s-%d owned by %s", "topic", "partition", F.array_join("owners", ", ")
+                ),
+            )
+        )
+
+        # assignments within subscriptions
+        consumer = members.filter(
+            (F.col("protocol_type") == "consumer")
+            & F.col("subscribed").isNotNull()
+            & F.col("assigned").isNotNull()
+        ).withColumn(
+            "extra",
+            F.array_except(
+                F.array_distinct(F.transform("assigned", lambda x: x["topic"])), "subscribed"
+            ),
+        )
+        checked["assignment_within_subscription"] = consumer
+        found.append(
+            v(
+                consumer.filter(F.size("extra") > 0),
+                "assignment_within_subscription",
+                F.format_string(
+                    "member %s (instance %s) assigned %s but subscribed to [%s]",
+                    "member_id",
+                    F.coalesce("instance_id", F.lit("-")),
+                    F.array_join("extra", ", "),
+                    F.array_join("subscribed", ", "),
+                ),
+            )
+        )
+
+        # committed offsets never go backwards within a generation (resets excepted)
+        checked["offsets_monotonic_within_generation"] = commits.filter(
+            F.col("ok") & F.col("prev_committed_offset").isNotNull()
+        )
+        found.append(
+            v(
+                commits.filter(F.col("violation")),
+                "offsets_monotonic_within_generation",
+                F.format_string(
+                    "%s-%d: offset %d after %d in generation %d",
+                    "topic",
+                    "partition",
+                    "committed_offset",
+                    "prev_committed_offset",
+                    "generation",
+                ),
+            )
+        )
+
+        # the leader is a member
+        with_members = live.filter(F.col("members") > 0)
+        checked["leader_is_member"] = with_members
+        found.append(
+            v(
+                with_members.filter(~F.col("leader_in_members")),
+                "leader_is_member",
+                F.format_string(
+                    "leader %s is not among the %d members",
+                    F.coalesce("leader", F.lit("null")),
+                    "members",
+                ),
+            )
+        )
+
+        # every record decodes
+        raw_members = self._all_members
+        bad_groups = raw_members.filter(
+            F.col("decode_error").isNotNull() | F.col("protocol_error").isNotNull()
+        ).select(
+            F.lit("records_decode").alias("invariant"),
+            "group_id",
+            F.col("generation").cast("int").alias("generation"),
+            "log_partition",
+            "log_offset",
+            F.concat(
+                F.lit("group metadata: "),
+                F.coalesce(
+                    "decode_error",
+                    F.concat(
+                        F.lit("member "),
+                        F.coalesce("member_id", F.lit("?")),
+                        F.lit(": "),
+                        "protocol_error",
+                    ),
+                ),
+            ).alias("detail"),
+        )
+        bad_offsets = self._bad_offsets.select(
+            F.lit("records_decode").alias("invariant"),
+            "group_id",
+            F.lit(None).cast("int").alias("generation"),
+            "log_partition",
+            "log_offset",
+            F.lit("offset commit: key or value shorter than its layout").alias("detail"),
+        )
+        bad_regs = self._bad_registrations.select(
+            F.lit("records_decode").alias("invariant"),
+            "group_id",
+            F.lit(None).cast("int").alias("generation"),
+            "log_partition",
+            "log_offset",
+            F.concat(F.lit("static registration: "), "decode_error").alias("detail"),
+        )
+        unknown = recs.filter(~F.col("record_type").isin(1, 2, 3, 4)).select(
+            F.lit("records_decode").alias("invariant"),
+            F.lit(None).cast("string").alias("group_id"),
+            F.lit(None).cast("int").alias("generation"),
+            "log_partition",
+            "log_offset",
+            F.format_string("unknown record type %d", "record_type").alias("detail"),
+        )
+        checked["records_decode"] = self._input_rows
+        found.append(bad_groups.unionByName(bad_offsets).unionByName(bad_regs).unionByName(unknown))
+
+        # each log position once
+        dup = recs.groupBy("log_partition", "log_offset").agg(
+            F.count("*").alias("copies"),
+            F.sum(F.col("in_history").cast("int")).alias("in_history"),
+        )
+        checked["unique_log_positions"] = self._input_rows
+        found.append(
+            dup.filter(F.col("copies") > 1).select(
+                F.lit("unique_log_positions").alias("invariant"),
+                F.lit(None).cast("string").alias("group_id"),
+                F.lit(None).cast("int").alias("generation"),
+                "log_partition",
+                "log_offset",
+                F.format_string("%d copies (%d in history)", "copies", "in_history").alias(
+                    "detail"
+                ),
+            )
+        )
+
+        all_v = found[0]
+        for df in found[1:]:
+            all_v = all_v.unionByName(df)
+        violations = self.write("invariant_violations", all_v)
+        # one job for every "checked" count, one for every invariant's examples
+        counted = None
+        for name, c in checked.items():
+            q = (
+                self.spark.range(1).select(F.lit(c).cast("long").alias("n"))
+                if isinstance(c, int)
+                else c.agg(F.count("*").alias("n"))
+            ).select(F.lit(name).alias("invariant"), "n")
+            counted = q if counted is None else counted.unionByName(q)
+        assert counted is not None
+        n_checked = {r["invariant"]: int(r["n"]) for r in counted.collect()}
+        first = Window.partitionBy("invariant").orderBy("log_partition", "log_offset")
+        examples: dict[str, list[str]] = {}
+        n_found: dict[str, int] = {}
+        for r in (
+            violations.withColumn("rn", F.row_number().over(first))
+            .withColumn("n", F.count("*").over(Window.partitionBy("invariant")))
+            .filter(F.col("rn") <= self.examples)
+            .orderBy("invariant", "rn")
+            .collect()
+        ):
+            examples.setdefault(r["invariant"], []).append(_example(r))
+            n_found[r["invariant"]] = int(r["n"])
+        summary = []
+        for name, description in INVARIANTS.items():
+            n = n_found.get(name, 0)
+            summary.append(
+                {
+                    "invariant": name,
+                    "description": description,
+                    "checked": n_checked[name],
+                    "violations": n,
+                    "ok": n == 0,
+                    "examples": examples.get(name, []),
+                }
+            )
+            status = "ok" if n == 0 else f"VIOLATED {n:,} times"
+            log(f"  invariant {name}: {status} ({n_checked[name]:,} checked)")
+        self.write("invariants", self.spark.createDataFrame(summary, _INVARIANT_DDL).coalesce(1))
+        return summary
+
+    # ---- per group ---------------------------------------------------------------------------
+
+    def _group_summary(self, gens: Any, activity: Any) -> None:
+        from pyspark.sql import functions as F
+
+        def t(name: str) -> Any:
+            return self.spark.read.parquet(self.path(name))
+
+        per_gen = gens.groupBy("group_id").agg(
+            F.count("*").alias("rebalances"),
+            F.max("generation").alias("last_generation"),
+            F.countDistinct("incarnation").alias("incarnations"),
+            F.coalesce(F.sum("duration_ms"), F.lit(0)).alias("time_in_rebalance_ms"),
+            F.max("duration_ms").alias("longest_rebalance_ms"),
+            F.sum("partitions_moved").alias("partitions_moved"),
+            F.sum(F.col("forced").cast("int")).alias("forced_rebalances"),
+            F.sum(F.col("empty").cast("int")).alias("emptied"),
+            F.max("members").alias("max_members"),
+            F.min("rebalance_ended_ms").alias("first_generation_ms"),
+            F.max("rebalance_ended_ms").alias("last_generation_ms"),
+        )
+        counts = [
+            (t("static_replacements").groupBy("group_id").count(), "static_restarts_absorbed"),
+            (t("skip_assignment_rejoins").groupBy("group_id").count(), "leader_rejoins"),
+            (t("fenced_instances").groupBy("group_id").count(), "fenced_member_ids"),
+            (t("scale_ups").groupBy("group_id").count(), "scale_ups"),
+            (
+                t("invariant_violations")
+                .filter(F.col("group_id").isNotNull())
+                .groupBy("group_id")
+                .count(),
+                "violations",
+            ),
+        ]
+        commits = activity.groupBy("group_id").agg(
+            F.sum("commits").alias("commits"),
+            F.count("*").alias("committed_partitions"),
+            F.sum("offset_advance").alias("offset_advance"),
+            F.sum("resets").alias("resets"),
+        )
+        out = per_gen.join(commits, "group_id", "full_outer")
+        names = []
+        for df, name in counts:
+            out = out.join(df.withColumnRenamed("count", name), "group_id", "left")
+            names.append(name)
+        fill = [
+            *names,
+            "rebalances",
+            "time_in_rebalance_ms",
+            "partitions_moved",
+            "forced_rebalances",
+            "commits",
+            "committed_partitions",
+            "resets",
+        ]
+        self.write("group_summary", out.fillna(0, fill))
+
+
+_RECORD_COLUMNS = {
+    "group_id",
+    "log_partition",
+    "log_offset",
+    "append_time_ms",
+    "in_history",
+    "tombstone",
+    "decode_error",
+    "value_version",
+    "protocol_type",
+    "generation",
+    "protocol_name",
+    "leader",
+    "leader_instance",
+    "leader_in_members",
+    "state_timestamp_ms",
+    "rebalance_reason",
+    "rebalance_started_ms",
+    "skip_assignment",
+    "members",
+    "static_members",
+    "dynamic_members",
+}
+
+_INVARIANT_DDL = (
+    "invariant string, description string, checked long, violations long, ok boolean, "
+    "examples array<string>"
+)
+
+
+def _parquet_rows(path: str) -> int | None:
+    """Rows of a Parquet directory written by Spark, from the footers alone (no Spark job)."""
+    if not _is_local_path(path):
+        return None
+    import pyarrow.parquet as pq
+
+    files = sorted(Path(path.removeprefix("file://")).glob("*.parquet"))
+    return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
+
+
+def _example(r: Any) -> str:
+    where = f"p{r['log_partition']}@{r['log_offset']}"
+    group = f"group {r['group_id']}" if r["group_id"] is not None else "log"
+    gen = f" gen {r['generation']}" if r["generation"] is not None else ""
+    return f"{group}{gen} ({where}): {r['detail']}"
+
+
+def run_audit(
+    spark: Any, input_dir: str, out_dir: str, examples: int = 5, report: bool = True
+) -> AuditResult:
+    """The whole audit: tables, then (by default) report.md and the plots."""
+    result = Audit(spark, input_dir, out_dir, examples).run()
+    if report:
+        from pipeline.report import write_report
+
+        with progress(spark, "report and plots"):
+            write_report(spark, out_dir, result)
+    return result

@@ -1,0 +1,368 @@
+"""Decoding the event log's binary records inside Spark.
+
+Offset commits are the bulk of a log and have a fixed layout, so they are decoded by Spark SQL
+expressions on the JVM (no Python round trip). Group metadata and static-registration values
+are nested (members, consumer-protocol subscriptions and assignments): they are decoded by the
+project's own decoders (`app.group.records`, `app.group.consumer_protocol`) in Python workers,
+one Arrow batch at a time (`mapInArrow`), so what the audit reads is exactly what the
+coordinator replays.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from app.group.consumer_protocol import decode_assignment, decode_subscription
+from app.group.records import decode_group_key, decode_group_value, decode_registration_value
+
+# ==== group metadata: one row per (record, member); a record without members has one row ====
+
+ASSIGNED = pa.list_(pa.struct([("topic", pa.string()), ("partition", pa.int32())]))
+
+MEMBER_SCHEMA = pa.schema(
+    [
+        ("group_id", pa.string()),
+        ("log_partition", pa.int32()),
+        ("log_offset", pa.int64()),
+        ("append_time_ms", pa.int64()),
+        ("in_history", pa.bool_()),
+        ("tombstone", pa.bool_()),
+        ("decode_error", pa.string()),
+        ("value_version", pa.int16()),
+        ("protocol_type", pa.string()),
+        ("generation", pa.int32()),
+        ("protocol_name", pa.string()),
+        ("leader", pa.string()),
+        ("leader_instance", pa.string()),
+        ("leader_in_members", pa.bool_()),
+        ("state_timestamp_ms", pa.int64()),
+        ("rebalance_reason", pa.string()),
+        ("rebalance_started_ms", pa.int64()),
+        ("skip_assignment", pa.bool_()),  # null: record older than v2, unknown
+        ("members", pa.int32()),
+        ("static_members", pa.int32()),
+        ("dynamic_members", pa.int32()),
+        ("member_index", pa.int32()),  # -1: no member on this row
+        ("member_id", pa.string()),
+        ("instance_id", pa.string()),
+        ("client_id", pa.string()),
+        ("client_host", pa.string()),
+        ("session_timeout_ms", pa.int32()),
+        ("rebalance_timeout_ms", pa.int32()),
+        ("subscribed", pa.list_(pa.string())),
+        ("assigned", ASSIGNED),
+        ("protocol_error", pa.string()),  # consumer-protocol bytes that do not decode
+    ]
+)
+
+INPUT_COLUMNS = ["log_partition", "log_offset", "append_time_ms", "in_history", "key", "value"]
+
+
+def _version(value: bytes) -> int | None:
+    return struct.unpack_from(">h", value)[0] if len(value) >= 2 else None
+
+
+def _group_id(key: bytes) -> tuple[str | None, str | None]:
+    try:
+        return decode_group_key(key), None
+    except Exception as e:  # a corrupt key: keep the row, say why
+        return None, f"key: {type(e).__name__}: {e}"
+
+
+def _consumer_bytes(
+    subscription: bytes, assignment: bytes
+) -> tuple[list[str] | None, list[dict[str, Any]] | None, str | None]:
+    errors = []
+    subscribed: list[str] | None = None
+    assigned: list[dict[str, Any]] | None = None
+    try:
+        subscribed = list(decode_subscription(subscription).topics) if subscription else []
+    except Exception as e:
+        errors.append(f"subscription: {type(e).__name__}: {e}")
+    try:
+        # an empty assignment is "nothing assigned" (e.g. the leader gave this member none)
+        assigned = (
+            [
+                {"topic": t, "partition": p}
+                for t, parts in decode_assignment(assignment).partitions
+                for p in parts
+            ]
+            if assignment
+            else []
+        )
+    except Exception as e:
+        errors.append(f"assignment: {type(e).__name__}: {e}")
+    return subscribed, assigned, "; ".join(errors) or None
+
+
+def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Columns of GROUP_METADATA log rows -> columns of MEMBER_SCHEMA."""
+    out: dict[str, list[Any]] = {f.name: [] for f in MEMBER_SCHEMA}
+    base_cols = ("log_partition", "log_offset", "append_time_ms", "in_history")
+    n = len(rows["key"])
+    for i in range(n):
+        base = {c: rows[c][i] for c in base_cols}
+        group_id, key_error = _group_id(rows["key"][i])
+        value = rows["value"][i]
+        record: dict[str, Any] = {**base, "group_id": group_id, "tombstone": value is None}
+        member_rows: list[dict[str, Any]] = []
+        if key_error is not None:
+            record["decode_error"] = key_error
+        elif value is not None:
+            try:
+                v = decode_group_value(value)
+            except Exception as e:
+                record["decode_error"] = f"value: {type(e).__name__}: {e}"
+            else:
+                version = _version(value)
+                static = sum(1 for m in v.members if m.group_instance_id is not None)
+                leader_instance = next(
+                    (m.group_instance_id for m in v.members if m.member_id == v.leader), None
+                )
+                record.update(
+                    value_version=version,
+                    protocol_type=v.protocol_type,
+                    generation=v.generation,
+                    protocol_name=v.protocol_name,
+                    leader=v.leader,
+                    leader_instance=leader_instance,
+                    leader_in_members=any(m.member_id == v.leader for m in v.members),
+                    state_timestamp_ms=v.current_state_timestamp,
+                    rebalance_reason=v.rebalance_reason,
+                    rebalance_started_ms=v.rebalance_started_ms,
+                    skip_assignment=v.skip_assignment if (version or 0) >= 2 else None,
+                    members=len(v.members),
+                    static_members=static,
+                    dynamic_members=len(v.members) - static,
+                )
+                consumer = v.protocol_type == "consumer"
+                for j, m in enumerate(v.members):
+                    subscribed, assigned, perr = (
+                        _consumer_bytes(m.subscription, m.assignment)
+                        if consumer
+                        else (None, None, None)
+                    )
+                    member_rows.append(
+                        {
+                            "member_index": j,
+                            "member_id": m.member_id,
+                            "instance_id": m.group_instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "session_timeout_ms": m.session_timeout_ms,
+                            "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                            "subscribed": subscribed,
+                            "assigned": assigned,
+                            "protocol_error": perr,
+                        }
+                    )
+        for extra in member_rows or [{"member_index": -1}]:
+            row = {**record, **extra}
+            for name, col in out.items():
+                col.append(row.get(name))
+    return out
+
+
+def decode_group_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: GROUP_METADATA rows (INPUT_COLUMNS) -> MEMBER_SCHEMA rows."""
+    for batch in batches:
+        if batch.num_rows:
+            cols = decode_group_rows(batch.select(INPUT_COLUMNS).to_pydict())
+            yield pa.RecordBatch.from_pydict(cols, schema=MEMBER_SCHEMA)
+
+
+# ==== static registrations (admin pre-registration of a scale-up) ============================
+
+REGISTRATION_SCHEMA = pa.schema(
+    [
+        ("group_id", pa.string()),
+        ("log_partition", pa.int32()),
+        ("log_offset", pa.int64()),
+        ("append_time_ms", pa.int64()),
+        ("tombstone", pa.bool_()),
+        ("decode_error", pa.string()),
+        ("expected", pa.list_(pa.string())),
+        ("expansion_timeout_ms", pa.int32()),
+        ("registered_ms", pa.int64()),
+        ("expansion_started_ms", pa.int64()),
+        ("dropped", pa.list_(pa.string())),
+    ]
+)
+
+
+def decode_registration_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {f.name: [] for f in REGISTRATION_SCHEMA}
+    for i in range(len(rows["key"])):
+        group_id, error = _group_id(rows["key"][i])
+        value = rows["value"][i]
+        row: dict[str, Any] = {
+            "group_id": group_id,
+            "log_partition": rows["log_partition"][i],
+            "log_offset": rows["log_offset"][i],
+            "append_time_ms": rows["append_time_ms"][i],
+            "tombstone": value is None,
+            "decode_error": error,
+        }
+        if error is None and value is not None:
+            try:
+                v = decode_registration_value(value)
+            except Exception as e:
+                row["decode_error"] = f"value: {type(e).__name__}: {e}"
+            else:
+                row.update(
+                    expected=list(v.expected),
+                    expansion_timeout_ms=v.expansion_timeout_ms,
+                    registered_ms=v.registered_ms,
+                    expansion_started_ms=v.expansion_started_ms,
+                    dropped=list(v.dropped),
+                )
+        for name, col in out.items():
+            col.append(row.get(name))
+    return out
+
+
+def decode_registration_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        if batch.num_rows:
+            cols = decode_registration_rows(batch.select(INPUT_COLUMNS).to_pydict())
+            yield pa.RecordBatch.from_pydict(cols, schema=REGISTRATION_SCHEMA)
+
+
+# ==== offset commits: vectorised over Arrow buffers ============================================
+# key   = i16 version | str group | str topic | i32 partition          (str = i32 length + UTF-8)
+# value = i16 version | i64 offset | i32 leader epoch | str metadata | i64 commit ts
+#         | i64 expire ts | (v1) i16 source
+# Offset commits are the bulk of a log: they are decoded with numpy over the Arrow buffers of
+# a whole batch (no Python loop per record); a record shorter than its layout says is flagged.
+
+OFFSET_SCHEMA = pa.schema(
+    [
+        ("log_partition", pa.int32()),
+        ("log_offset", pa.int64()),
+        ("append_time_ms", pa.int64()),
+        ("group_id", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("tombstone", pa.bool_()),
+        ("value_version", pa.int16()),
+        ("committed_offset", pa.int64()),
+        ("leader_epoch", pa.int32()),
+        ("commit_timestamp_ms", pa.int64()),
+        ("expire_timestamp_ms", pa.int64()),
+        ("source", pa.int16()),
+        ("key_ok", pa.bool_()),
+        ("value_ok", pa.bool_()),
+    ]
+)
+
+_PAD = 16  # zero bytes after the data, so masked-out reads stay in bounds
+
+
+def _binary_parts(arr: pa.Array) -> tuple[Any, Any, Any, Any]:
+    """(data bytes, start of each value, length of each value, valid mask) as numpy arrays."""
+    import numpy as np
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    _, offs_buf, data_buf = arr.buffers()
+    offs = np.frombuffer(offs_buf, dtype=width)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
+    data = np.concatenate([data[: offs[-1] if n else 0], np.zeros(_PAD, np.uint8)])
+    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return data, offs[:-1], offs[1:] - offs[:-1], valid
+
+
+def _be(data: Any, pos: Any, nbytes: int, ok: Any) -> Any:
+    """Big-endian unsigned ints of `nbytes` at `pos` (0 where not `ok`), as uint64."""
+    import numpy as np
+
+    p = np.where(ok, pos, 0)
+    v = np.zeros(len(p), dtype=np.uint64)
+    for i in range(nbytes):
+        v = (v << np.uint64(8)) | data[p + i].astype(np.uint64)
+    return v
+
+
+def _signed(v: Any, nbytes: int) -> Any:
+    import numpy as np
+
+    kind = {2: (np.uint16, np.int16), 4: (np.uint32, np.int32), 8: (np.uint64, np.int64)}
+    unsigned, signed = kind[nbytes]
+    return v.astype(unsigned).view(signed)
+
+
+def _strings(data: Any, starts: Any, lens: Any) -> pa.Array:
+    """A StringArray of data[starts[i] : starts[i] + lens[i]], gathered without a loop."""
+    import numpy as np
+
+    lens = lens.astype(np.int64)
+    out = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=out[1:])
+    idx = np.repeat(starts - out[:-1], lens) + np.arange(out[-1], dtype=np.int64)
+    return pa.LargeStringArray.from_buffers(
+        len(lens), pa.py_buffer(out), pa.py_buffer(np.ascontiguousarray(data[idx]))
+    ).cast(pa.string())
+
+
+def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    import numpy as np
+
+    kd, ks, kl, _ = _binary_parts(batch.column("key"))
+    vd, vs, vl, live = _binary_parts(batch.column("value"))
+    # key: version(2) glen(4) group topic-len(4) topic partition(4)
+    ok = kl >= 6
+    glen = _signed(_be(kd, ks + 2, 4, ok), 4).astype(np.int64)
+    ok &= (glen >= 0) & (kl >= 10 + glen)
+    glen = np.where(ok, glen, 0)
+    tlen = _signed(_be(kd, ks + 6 + glen, 4, ok), 4).astype(np.int64)
+    ok &= (tlen >= 0) & (kl >= 14 + glen + tlen)
+    tlen = np.where(ok, tlen, 0)
+    partition = _signed(_be(kd, ks + 10 + glen + tlen, 4, ok), 4)
+    # value: version(2) offset(8) epoch(4) mlen(4) metadata commit_ts(8) expire_ts(8) [source(2)]
+    vok = live & (vl >= 18)
+    version = _signed(_be(vd, vs, 2, vok), 2)
+    mlen = _signed(_be(vd, vs + 14, 4, vok), 4).astype(np.int64)
+    need = 34 + np.where(mlen >= 0, mlen, 0) + np.where(version >= 1, 2, 0)
+    vok &= (mlen >= 0) & (vl >= need)
+    mlen = np.where(vok, mlen, 0)
+    source = np.where(version >= 1, _signed(_be(vd, vs + 34 + mlen, 2, vok & (version >= 1)), 2), 0)
+    dead = ~live
+
+    def col(values: Any, typ: pa.DataType) -> pa.Array:
+        return pa.array(values, type=typ, mask=dead)
+
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("log_partition"),
+            batch.column("log_offset"),
+            batch.column("append_time_ms"),
+            _strings(kd, ks + 6, glen),
+            _strings(kd, ks + 10 + glen, tlen),
+            pa.array(partition, pa.int32()),
+            pa.array(dead),
+            col(version, pa.int16()),
+            col(_signed(_be(vd, vs + 2, 8, vok), 8), pa.int64()),
+            col(_signed(_be(vd, vs + 10, 4, vok), 4), pa.int32()),
+            col(_signed(_be(vd, vs + 18 + mlen, 8, vok), 8), pa.int64()),
+            col(_signed(_be(vd, vs + 26 + mlen, 8, vok), 8), pa.int64()),
+            col(source.astype(np.int16), pa.int16()),
+            pa.array(ok),
+            pa.array(dead | vok),
+        ],
+        schema=OFFSET_SCHEMA,
+    )
+
+
+def decode_offset_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows."""
+    for batch in batches:
+        if batch.num_rows:
+            yield decode_offset_batch(batch)
