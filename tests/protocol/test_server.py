@@ -1,0 +1,320 @@
+"""The TCP server in front of the real node: framing, ordering, malformed input, failures,
+long polls, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+
+import pytest
+from kio.index import load_response_schema
+
+from app.group.messages import Error
+from app.kafka.codec import request_class
+from tests.kafka_client import KafkaTestClient, encode_request
+from tests.protocol.data_plane import fetch_request, produce_request
+from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
+from tests.runtime.node_fixture import RunningNode
+
+MAX_FRAME_BYTES = 1 << 20
+
+
+async def _assert_alive(node: RunningNode) -> None:
+    other = await node.client("other")
+    try:
+        resp = await other.api_versions(version=3)
+        assert resp.error_code == Error.NONE
+    finally:
+        await other.close()
+
+
+# --- what the edge hands the coordinator -----------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [3, 9])
+async def test_client_id_and_host_reach_the_member(client: KafkaTestClient, version: int) -> None:
+    await stable_group(client, "who", join_version=version)
+    (m,) = (await describe(client, "who")).members
+    # Kafka records clientAddress.toString() as the member's host
+    assert (m.client_id, m.client_host) == ("proto-test", "/127.0.0.1")
+    assert m.member_id.startswith("proto-test-")
+
+
+async def test_null_client_id_becomes_empty(node: RunningNode) -> None:
+    c = await node.client()
+    c.client_id = None  # type: ignore[assignment]
+    try:
+        joined = await join(c, "anon", version=1)
+        assert joined.error_code == Error.NONE
+        assert joined.member_id.startswith("-")  # "<clientId>-<uuid>" with clientId ""
+        (m,) = (await describe(c, "anon")).members
+        assert m.client_id == ""
+    finally:
+        await c.close()
+
+
+# --- ordering and framing --------------------------------------------------------------------
+
+
+async def test_replies_wait_behind_a_parked_join_on_the_same_connection(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    leader = await node.client("leader")
+    try:
+        member, gen = await stable_group(leader, "pipe")
+        # a new member's join rebalances the group and stays parked until the leader rejoins;
+        # everything pipelined behind it on this connection must wait for it
+        join_fut = client.send(client.join_group_request("pipe", protocols=PROTOCOLS, version=3))
+        hb_fut = client.send(client.heartbeat_request("pipe", gen, member, version=4))
+        av_fut = client.send(
+            request_class(18, 3)(client_software_name="x", client_software_version="1")
+        )  # a synchronous handler
+        hb0_fut = client.send(client.heartbeat_request("pipe", gen, member, version=0))
+        await asyncio.sleep(0.3)
+        assert not any(f.done() for f in (join_fut, hb_fut, av_fut, hb0_fut))
+        # the leader's own connection is not held up by the other connection's parked join
+        assert (await describe(leader, "pipe")).group_state == "PreparingRebalance"
+        rejoin = await leader.join_group("pipe", member, protocols=PROTOCOLS, version=9)
+        assert (rejoin.error_code, rejoin.generation_id) == (Error.NONE, gen + 1)
+        joined, hb, av, hb0 = await asyncio.wait_for(
+            asyncio.gather(join_fut, hb_fut, av_fut, hb0_fut), 10
+        )
+    finally:
+        await leader.close()
+    assert (joined.error_code, joined.generation_id) == (Error.NONE, gen + 1)
+    # the heartbeats were handled when they arrived, during the rebalance (spec §4.1)
+    assert (hb.error_code, av.error_code, hb0.error_code) == (
+        Error.REBALANCE_IN_PROGRESS,
+        Error.NONE,
+        Error.REBALANCE_IN_PROGRESS,
+    )
+    assert client.received == sorted(client.received)
+    assert client.unexpected == []
+
+
+async def test_many_pipelined_requests(client: KafkaTestClient) -> None:
+    member, gen = await stable_group(client, "many")
+    futures = [client.send(client.heartbeat_request("many", gen, member)) for _ in range(3000)]
+    futures.append(client.send(client.join_group_request("many", member, protocols=PROTOCOLS)))
+    futures += [client.send(client.heartbeat_request("many", gen, member)) for _ in range(10)]
+    replies = await asyncio.wait_for(asyncio.gather(*futures), 30)
+    assert all(r.error_code == Error.NONE for r in replies[:3000])
+    # a leader's rejoin rebalances (spec §2.4) and, alone in the group, completes at once
+    assert (replies[3000].error_code, replies[3000].generation_id) == (Error.NONE, gen + 1)
+    assert {r.error_code for r in replies[3001:]} == {Error.ILLEGAL_GENERATION}
+    assert client.received == sorted(client.received)
+
+
+async def test_frames_split_and_coalesced_across_packets(client: KafkaTestClient) -> None:
+    member, gen = await stable_group(client, "split")
+    hb = client.heartbeat_request("split", gen, member)
+    stale = client.heartbeat_request("split", gen + 7, member)
+    frames = encode_request(hb, 1001, "x") + encode_request(stale, 1002, "x")
+    waiters = [client.expect(corr, load_response_schema(12, 4)) for corr in (1001, 1002)]
+    for i in range(len(frames)):  # one byte at a time
+        await client.send_raw(frames[i : i + 1])
+    replies = await asyncio.gather(*waiters)
+    assert [r.error_code for r in replies] == [Error.NONE, Error.ILLEGAL_GENERATION]
+
+
+# --- malformed input closes only that connection ---------------------------------------------
+
+
+@pytest.mark.node_settings(max_frame_bytes=MAX_FRAME_BYTES)
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (struct.pack(">i", MAX_FRAME_BYTES + 1), "frame size"),
+        (struct.pack(">i", -5), "frame size"),
+        (struct.pack(">i", 4) + b"\x00\x0c\x00\x04", "shorter than a request header"),
+        (
+            struct.pack(">i", 12) + struct.pack(">hhih", 12, 4, 1, 0) + b"\xff\xff",
+            "undecodable Heartbeat v4",
+        ),
+        (
+            struct.pack(">i", 14) + struct.pack(">hhih", 11, 9, 1, -1) + b"\x00\x05ab",
+            "undecodable JoinGroup v9",
+        ),
+        (struct.pack(">i", 10) + struct.pack(">hhih", 99, 0, 1, -1), "unsupported request"),
+        (struct.pack(">i", 10) + struct.pack(">hhih", 12, 5, 1, -1), "unsupported request"),
+        (struct.pack(">i", 10) + struct.pack(">hhih", 8, 1, 1, -1), "unsupported request"),
+    ],
+)
+async def test_bad_frame_closes_that_connection_only(
+    node: RunningNode, caplog: pytest.LogCaptureFixture, raw: bytes, reason: str
+) -> None:
+    bystander = await node.client("bystander")
+    member, gen = await stable_group(bystander, "calm")
+    victim = await node.client("victim")
+    with caplog.at_level(logging.WARNING, logger="app.kafka.server"):
+        await victim.send_raw(raw)
+        await victim.wait_closed()
+    (record,) = [r for r in caplog.records if r.name == "app.kafka.server"]
+    assert reason in record.getMessage()
+    assert "127.0.0.1:" in record.getMessage()  # the peer
+    # the other connection's group is untouched and keeps working
+    assert (await bystander.heartbeat("calm", gen, member)).error_code == Error.NONE
+    d = await describe(bystander, "calm")
+    assert (d.group_state, [m.member_id for m in d.members]) == ("Stable", [member])
+    await bystander.close()
+    await _assert_alive(node)
+
+
+async def test_truncated_frame_at_eof_is_logged(
+    node: RunningNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    bystander = await node.client("bystander")
+    member, gen = await stable_group(bystander, "calm")
+    victim = await node.client("victim")
+    frame = encode_request(victim.heartbeat_request("calm", gen, member), 1, "v")
+    with caplog.at_level(logging.WARNING, logger="app.kafka.server"):
+        await victim.send_raw(frame[:-3])
+        assert victim._transport is not None
+        victim._transport.write_eof()
+        await victim.wait_closed()
+    assert any("truncated frame" in r.getMessage() for r in caplog.records)
+    assert (await bystander.heartbeat("calm", gen, member)).error_code == Error.NONE
+    await bystander.close()
+
+
+async def test_unknown_tagged_field_on_the_wire_is_skipped(client: KafkaTestClient) -> None:
+    member, gen = await stable_group(client, "tags")
+    mid = member.encode()
+    body = (
+        b"\x05tags"  # compact group id
+        + struct.pack(">i", gen)
+        + bytes([len(mid) + 1])
+        + mid  # compact member id (< 127 bytes)
+        + b"\x00"  # null group instance id
+        + b"\x01\x63\x02hi"  # one tagged field: tag 99, 2 bytes
+    )
+    resp = await client.request_raw(12, 4, body, load_response_schema(12, 4), flexible_header=True)
+    assert resp.error_code == Error.NONE
+    stale = body.replace(struct.pack(">i", gen), struct.pack(">i", gen + 1), 1)
+    resp = await client.request_raw(
+        12, 4, stale, load_response_schema(12, 4), flexible_header=True
+    )
+    assert resp.error_code == Error.ILLEGAL_GENERATION  # decoded for real, not ignored
+
+
+# --- handler failures (fault injection into the real node) -----------------------------------
+
+
+@pytest.mark.parametrize("method", ["heartbeat", "join_group", "offset_fetch"])
+async def test_handler_exception_becomes_unknown_server_error(
+    node: RunningNode,
+    client: KafkaTestClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+) -> None:
+    member, gen = await stable_group(client, "boom")
+
+    async def broken(*args: object) -> None:
+        raise RuntimeError(f"injected failure in {method}")
+
+    monkeypatch.setattr(node.node, method, broken)
+    with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
+        if method == "heartbeat":
+            error = (await client.heartbeat("boom", gen, member)).error_code
+        elif method == "join_group":
+            error = (await client.join_group("boom", member, version=7)).error_code
+        else:
+            resp = await client.offset_fetch("boom", [("t1", 0)], version=3)
+            error = resp.error_code
+    assert error == Error.UNKNOWN_SERVER_ERROR
+    assert any("failed" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    # the connection still serves, and the group was not disturbed
+    assert (await client.heartbeat("boom", gen, member)).error_code == Error.NONE
+
+
+async def test_failure_without_error_shape_closes_connection(
+    node: RunningNode,
+    client: KafkaTestClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken() -> None:
+        raise RuntimeError("registry down")
+
+    with caplog.at_level(logging.WARNING, logger="app.kafka.server"):
+        monkeypatch.setattr(node.node, "cluster", broken)
+        with pytest.raises(ConnectionError):
+            await client.metadata(["t1"])
+        monkeypatch.undo()
+    assert any("no error reply shape" in r.getMessage() for r in caplog.records)
+    await _assert_alive(node)
+
+
+# --- Fetch long poll, Produce ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [4, 12])
+async def test_fetch_holds_for_max_wait(client: KafkaTestClient, version: int) -> None:
+    start = time.monotonic()
+    resp = await client.request(fetch_request(version, max_wait_ms=300))
+    assert time.monotonic() - start >= 0.28
+    assert {p.records for p in resp.responses[0].partitions} == {b""}
+
+
+async def test_fetch_with_min_bytes_zero_answers_at_once(client: KafkaTestClient) -> None:
+    start = time.monotonic()
+    await client.request(fetch_request(12, max_wait_ms=5_000, min_bytes=0))
+    assert time.monotonic() - start < 2
+
+
+async def test_fetch_of_unknown_topic_answers_at_once(client: KafkaTestClient) -> None:
+    start = time.monotonic()
+    resp = await client.request(fetch_request(12, max_wait_ms=5_000, topic="nope"))
+    assert time.monotonic() - start < 2
+    assert {p.error_code for p in resp.responses[0].partitions} == {
+        Error.UNKNOWN_TOPIC_OR_PARTITION
+    }
+
+
+async def test_fetch_wait_ends_when_the_connection_closes(client: KafkaTestClient) -> None:
+    client.send(fetch_request(12, max_wait_ms=20_000))
+    await asyncio.sleep(0.05)
+
+    def fetch_tasks() -> list[asyncio.Task[object]]:
+        return [
+            t for t in asyncio.all_tasks() if "handle_fetch" in repr(t.get_coro()) and not t.done()
+        ]
+
+    assert fetch_tasks()
+    await client.close()
+    for _ in range(50):
+        if not fetch_tasks():
+            break
+        await asyncio.sleep(0.01)
+    assert not fetch_tasks()
+
+
+async def test_produce_acks_0_sends_nothing_and_stream_stays_in_sync(
+    client: KafkaTestClient,
+) -> None:
+    member, gen = await stable_group(client, "prod")
+    assert await client.request(produce_request(9, acks=0)) is None
+    resp = await client.request(produce_request(9, acks=-1))
+    assert resp.responses[0].partition_responses[0].error_code == Error.POLICY_VIOLATION
+    assert (await client.heartbeat("prod", gen, member)).error_code == Error.NONE
+    assert client.unexpected == []
+
+
+# --- shutdown --------------------------------------------------------------------------------
+
+
+async def test_stop_closes_open_connections(node: RunningNode, client: KafkaTestClient) -> None:
+    await stable_group(client, "bye")
+    parked = await node.client("parked")
+    join_fut = parked.send(parked.join_group_request("bye", protocols=PROTOCOLS, version=3))
+    await asyncio.sleep(0.05)
+    await node.server.stop()
+    await client.wait_closed()
+    await parked.wait_closed()
+    assert not node.server.is_serving()
+    with pytest.raises(ConnectionError):
+        await join_fut

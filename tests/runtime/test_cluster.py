@@ -1,0 +1,122 @@
+"""Several nodes on one database: even placement, FindCoordinator, handover and takeover."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+from app.config import Settings
+from app.group.records import partition_for
+from app.runtime.node import METADATA_PARTITION, CoordinatorNode
+from app.runtime.placement import plan
+from storage.log import EventLog
+from storage.migrate import upgrade_async
+from storage.writer import LogWriter
+from tests.runtime.node_fixture import sqlite_url
+
+TTL = 1000
+
+
+@asynccontextmanager
+async def node(url: str, node_id: int, **overrides: object) -> AsyncIterator[CoordinatorNode]:
+    settings = Settings(
+        database_url=url,
+        node_id=node_id,
+        kafka_listen=f"127.0.0.1:{19000 + node_id}",
+        log_partitions=8,
+        lease_ttl_ms=TTL,
+        topics="t1:3",
+        **overrides,
+    )
+    event_log = await EventLog.open(url)
+    writer = LogWriter(event_log, node_id)
+    writer.start()
+    n = CoordinatorNode(settings, event_log, writer)
+    await n.start()
+    try:
+        yield n
+    finally:
+        await n.stop()
+        await writer.stop()
+        await event_log.close()
+
+
+async def eventually(check: object, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def test_placement_is_even_sticky_and_deterministic() -> None:
+    parts = list(range(-1, 16))
+    one = plan(parts, [1], {})
+    assert set(one.values()) == {1}
+    two = plan(parts, [1, 2], one)
+    counts = sorted(list(two.values()).count(n) for n in (1, 2))
+    assert counts == [8, 9]
+    assert all(two[p] == 1 for p in parts if two[p] == 1 and one[p] == 1)
+    assert plan(parts, [2, 1], one) == two  # order of discovery does not matter
+    three = plan(parts, [1, 2, 3], two)
+    assert sorted(list(three.values()).count(n) for n in (1, 2, 3)) == [5, 6, 6]
+    moved = sum(1 for p in parts if three[p] != two[p])
+    assert moved == 5, "only the newcomer's share moves"
+    assert plan(parts, [1, 2, 3], three) == three
+
+
+async def test_two_nodes_share_partitions_and_point_clients_to_the_owner(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(node(url, 1))
+        b = await stack.enter_async_context(node(url, 2))
+        await eventually(lambda: len(a.partitions) + len(b.partitions) == 9
+                         and not set(a.partitions) & set(b.partitions)
+                         and abs(len(a.partitions) - len(b.partitions)) <= 1)
+        await a.wait_loaded()
+        await b.wait_loaded()
+        assert a.ready() and b.ready()
+        # every node answers FindCoordinator with the partition's owner (after one lease
+        # round, each node's view of the other's leases is current)
+        def owners_agree() -> bool:
+            for group in ("alpha", "beta", "gamma", "delta", "epsilon"):
+                owner = a if partition_for(group, 8) in a.partitions else b
+                for n in (a, b):
+                    found = n.find_coordinator(group, 0)
+                    if found.broker is None or found.broker.node_id != owner.node_id:
+                        return False
+            return True
+
+        await eventually(owners_agree)
+        assert {x.node_id for x in a.cluster().brokers} == {1, 2}
+        # the topic registry written by the metadata owner is seen by both
+        await eventually(lambda: a.topics == b.topics == {"t1": 3})
+
+
+async def test_a_stopped_node_hands_its_partitions_over(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    async with node(url, 1) as a:
+        async with node(url, 2) as b:
+            await eventually(lambda: len(b.partitions) >= 4)
+        # b released its leases on stop: a takes them at the next round, not after the TTL
+        await eventually(lambda: len(a.partitions) == 9, timeout=TTL / 1000 * 1.5)
+        assert METADATA_PARTITION in a.partitions
+
+
+async def test_a_crashed_node_is_replaced_after_the_lease_ttl(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    async with node(url, 1) as a, node(url, 2) as b:
+        await eventually(lambda: len(b.partitions) >= 4)
+        epochs = {pid: p.epoch for pid, p in b.partitions.items()}
+        # crash: b stops renewing and serving without releasing anything
+        await b.stop(release=False)
+        t0 = asyncio.get_running_loop().time()
+        await eventually(lambda: set(epochs) <= set(a.partitions), timeout=10)
+        took = asyncio.get_running_loop().time() - t0
+        assert took >= TTL / 1000 * 0.5
+        assert all(a.partitions[pid].epoch > e for pid, e in epochs.items())

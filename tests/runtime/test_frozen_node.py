@@ -1,0 +1,72 @@
+"""A node frozen in the middle of a PostgreSQL transaction must not stall the others: the
+server ends its idle transaction and lock waits are bounded (found by the chaos suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.group.records import OffsetValue, offset_record
+from storage.log import AppendBatch, EventLog
+from storage.migrate import upgrade_async
+
+ADMIN_DSN = os.environ.get("COORD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    name = f"frozen_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = await asyncpg.connect(ADMIN_DSN, timeout=5)
+    except (OSError, asyncpg.PostgresError) as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required in CI: {e}")
+        pytest.skip(f"PostgreSQL unreachable: {e}")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    base = ADMIN_DSN.rsplit("/", 1)[0]
+    url = f"{base}/{name}".replace("postgresql://", "postgresql+asyncpg://")
+    await upgrade_async(url)
+    try:
+        yield url
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_a_frozen_writer_does_not_block_the_takeover_of_its_partition(pg_url: str) -> None:
+    frozen = await EventLog.open(pg_url, lock_wait_ms=300)
+    survivor = await EventLog.open(pg_url, lock_wait_ms=300)
+    try:
+        epoch = await frozen.acquire_lease(0, 1, 1000, 0)
+        assert epoch is not None
+        # the frozen node: a transaction holding the lease row (as its append fence does)
+        conn = await frozen.engine.connect()
+        tx = await conn.begin()
+        await conn.exec_driver_sql(
+            "SELECT epoch FROM partition_leases WHERE partition = 0 FOR SHARE"
+        )
+        # ... and then it stops: the survivor takes the expired lease within a bounded time
+        started = asyncio.get_running_loop().time()
+        got = None
+        while got is None and asyncio.get_running_loop().time() - started < 5:
+            try:
+                got = await survivor.acquire_leases([0], 2, 1000, 10_000)
+            except Exception:
+                await asyncio.sleep(0.1)  # lock_timeout: the next lease round tries again
+        assert got == {0: epoch + 1}
+        assert asyncio.get_running_loop().time() - started < 3
+        # when the frozen node wakes up, its transaction is gone and its writes are fenced
+        with pytest.raises(Exception):  # noqa: B017 - the server closed the session
+            await tx.commit()
+        value = OffsetValue(1, -1, "", 0, -1)
+        with pytest.raises(Exception):  # noqa: B017 - FencedError
+            await frozen.append([AppendBatch(0, epoch, 1, [offset_record("g", "t", 0, value)])])
+        await conn.close()
+    finally:
+        await frozen.close()
+        await survivor.close()

@@ -1,0 +1,90 @@
+"""Loading rules (spec §7) and epoch fencing as clients see them on a real node."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from app.group.records import partition_for
+from storage.log import EventLog
+from tests.runtime.node_fixture import running_node
+
+GROUP = "g-load"
+PROTOCOLS = [("range", b"meta")]
+
+
+def gate_reads(gate: asyncio.Event) -> Any:
+    """Hold every partition load until `gate` opens (the real read then runs)."""
+
+    def prepare(event_log: EventLog) -> None:
+        real_read = event_log.read
+
+        async def gated(partition: int, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            if partition >= 0:
+                await gate.wait()
+            async for batch in real_read(partition, *args, **kwargs):
+                yield batch
+
+        event_log.read = gated  # type: ignore[method-assign]
+
+    return prepare
+
+
+async def test_requests_while_loading_get_the_loading_answers(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    async with running_node(tmp_path, wait_loaded=False, prepare=gate_reads(gate)) as n:
+        assert not n.node.ready()
+        c = await n.client()
+        join = await c.join_group(GROUP, protocols=PROTOCOLS)
+        assert join.error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS
+        assert (await c.sync_group(GROUP, 1, "m")).error_code == 27  # REBALANCE_IN_PROGRESS
+        assert (await c.heartbeat(GROUP, 1, "m")).error_code == 0  # NONE while loading
+        commit = await c.offset_commit(GROUP, {("t1", 0): 5})
+        assert [p.error_code for t in commit.topics for p in t.partitions] == [14]
+        fetch = await c.offset_fetch(GROUP, [("t1", 0)])
+        assert fetch.groups[0].error_code == 14
+        leave = await c.leave_group(GROUP, "m")
+        assert leave.error_code == 14
+        listed = await c.request(c.build_request(16, 4, states_filter=[]))
+        assert listed.error_code == 14
+        described = await c.request(c.build_request(15, 5, groups=[GROUP]))
+        assert described.groups[0].error_code == 14
+
+        gate.set()
+        await n.node.wait_loaded()
+        assert n.node.ready()
+        join = await c.join_group(GROUP, protocols=PROTOCOLS)
+        assert join.error_code == 79  # MEMBER_ID_REQUIRED: served normally now
+        await c.close()
+
+
+async def test_a_fenced_partition_refuses_the_write_and_stops_serving(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as n:
+        c = await n.client()
+        commit = await c.offset_commit(GROUP, {("t1", 0): 5})
+        assert [p.error_code for t in commit.topics for p in t.partitions] == [0]
+
+        # another node takes the partition over (its lease expired and was claimed)
+        pid = partition_for(GROUP, n.node.log_partitions)
+        other = await EventLog.open(n.settings.database_url)
+        try:
+            async with other.engine.begin() as conn:
+                await conn.exec_driver_sql(
+                    "UPDATE partition_leases SET expires_at_ms = 0 WHERE partition = ?", (pid,)
+                )
+            assert (await other.acquire_leases([pid], 2, 60_000, 1)).keys() == {pid}
+
+            commit = await c.offset_commit(GROUP, {("t1", 0): 9})
+            assert [p.error_code for t in commit.topics for p in t.partitions] == [16]
+            # the zombie's write is not in the log and the node no longer serves the group
+            fetch = await c.offset_fetch(GROUP, [("t1", 0)])
+            assert fetch.groups[0].error_code == 16  # NOT_COORDINATOR
+            offsets = [
+                r for batch in [b async for b in other.read(pid)] for r in batch
+            ]
+            assert len(offsets) == 1
+        finally:
+            await other.close()
+        await c.close()

@@ -1,0 +1,96 @@
+"""Backends for the storage suite: a migrated SQLite file per test, a fresh PostgreSQL database
+per test module (tables truncated between tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage.migrate import upgrade
+
+# Admin DSN of the shared server (python-svc machines: trust auth, database `test`).
+PG_ADMIN_DSN = os.environ.get("COORD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated database file, copied for each test (migrating costs ~0.1 s)."""
+    path = tmp_path_factory.mktemp("template") / "log.db"
+    upgrade(sqlite_url(path))
+    return path
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path, sqlite_template: Path) -> str:
+    path = tmp_path / "db" / "log.db"
+    path.parent.mkdir()
+    shutil.copyfile(sqlite_template, path)
+    return sqlite_url(path)
+
+
+def _pg_unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"PostgreSQL is required in CI but unreachable: {reason}", pytrace=False)
+    pytest.skip(f"PostgreSQL unreachable at {PG_ADMIN_DSN} ({reason}); set CI=true to fail instead")
+
+
+async def _pg_admin(sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def pg_url(database: str) -> str:
+    from sqlalchemy import make_url
+
+    return (
+        make_url(PG_ADMIN_DSN)
+        .set(drivername="postgresql+asyncpg", database=database)
+        .render_as_string(hide_password=False)
+    )
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[str]:
+    """A fresh, migrated database for this module; dropped afterwards."""
+    name = f"storage_test_{uuid.uuid4().hex[:12]}"
+    try:
+        asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
+    except Exception as e:  # refused, timed out, asyncpg's own (auth, missing database, ...)
+        _pg_unavailable(f"{type(e).__name__}: {e}")
+    try:
+        url = pg_url(name)
+        upgrade(url)
+        yield url
+    finally:
+        asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def pg_truncate(url: str) -> None:
+    import asyncpg
+    from sqlalchemy import make_url
+
+    u = make_url(url)
+    conn = await asyncpg.connect(
+        host=u.host, port=u.port, user=u.username, password=u.password, database=u.database
+    )
+    try:
+        await conn.execute(
+            "TRUNCATE log_records, log_history, partition_leases, nodes, cluster_meta"
+        )
+    finally:
+        await conn.close()

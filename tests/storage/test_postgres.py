@@ -1,0 +1,23 @@
+"""The storage suite on PostgreSQL: a fresh database for this module on the shared server,
+tables truncated between tests. Skips when the server is unreachable, unless CI=true."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import make_url
+
+from tests.storage.conftest import pg_truncate, pg_url
+from tests.storage.suite import EventLogSuite
+
+pytestmark = pytest.mark.postgres
+
+
+class TestPostgresEventLog(EventLogSuite):
+    @pytest.fixture
+    async def url(self, pg_database: str) -> str:
+        await pg_truncate(pg_database)
+        return pg_database
+
+    @pytest.fixture
+    def unreachable_url(self) -> str:
+        return make_url(pg_url("nowhere")).set(port=1).render_as_string(hide_password=False)

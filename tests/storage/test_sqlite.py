@@ -1,0 +1,103 @@
+"""The storage suite on SQLite (a file per test), plus what only SQLite has: pragmas, directory
+creation, several processes sharing one file."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from storage.log import EventLog
+from storage.migrate import upgrade
+from tests.storage.conftest import sqlite_url
+from tests.storage.suite import EventLogSuite, read_all
+
+
+class TestSQLiteEventLog(EventLogSuite):
+    @pytest.fixture
+    def url(self, sqlite_db: str) -> str:
+        return sqlite_db
+
+    @pytest.fixture
+    def unreachable_url(self, tmp_path: Path) -> str:
+        blocker = tmp_path / "not-a-directory"
+        blocker.write_text("")
+        return sqlite_url(blocker / "log.db")  # cannot create a file under a file
+
+
+async def test_sqlite_connections_use_wal_full_sync_and_a_busy_timeout(sqlite_db: str) -> None:
+    log = await EventLog.open(sqlite_db, busy_timeout_ms=1234)
+    try:
+        async with log.engine.connect() as conn:
+            pragmas = [
+                (await conn.execute(text(f"PRAGMA {p}"))).scalar()
+                for p in ("journal_mode", "synchronous", "busy_timeout")
+            ]
+        assert pragmas == ["wal", 2, 1234]  # synchronous 2 = FULL
+    finally:
+        await log.close()
+
+
+async def test_open_creates_the_parent_directory(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "a" / "b" / "log.db")
+    log = await EventLog.open(url, migrate=True)
+    try:
+        assert await log.end_offset(0) == 0
+    finally:
+        await log.close()
+    assert (tmp_path / "a" / "b" / "log.db").is_file()
+
+
+def test_plain_sqlite_urls_get_the_async_driver(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    upgrade(url)
+
+    async def check() -> int:
+        log = await EventLog.open(url)
+        try:
+            return await log.end_offset(0)
+        finally:
+            await log.close()
+
+    assert asyncio.run(check()) == 0
+
+
+_CHILD = """
+import asyncio, sys
+from app.group.records import Record, RecordType
+from storage.log import AppendBatch, EventLog
+
+async def main(url, node, partition):
+    log = await EventLog.open(url)
+    epoch = await log.acquire_lease(partition, node, 60_000, 0)
+    for i in range(100):
+        recs = [Record(RecordType.OFFSET_COMMIT, b"k%d" % i, b"v") for _ in range(10)]
+        await log.append([AppendBatch(partition, epoch, node, recs)])
+    await log.close()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+"""
+
+
+async def test_concurrent_processes_migrate_and_append(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "shared.db")
+    migrate = "import sys; from storage.migrate import upgrade; upgrade(sys.argv[1])"
+    migrators = [subprocess.Popen([sys.executable, "-c", migrate, url]) for _ in range(3)]
+    assert [await asyncio.to_thread(p.wait) for p in migrators] == [0, 0, 0]
+    children = [
+        subprocess.Popen([sys.executable, "-c", _CHILD, url, str(node), str(node)])
+        for node in (1, 2, 3)
+    ]
+    assert [await asyncio.to_thread(c.wait) for c in children] == [0, 0, 0]
+    log = await EventLog.open(url)
+    try:
+        for p in (1, 2, 3):
+            stored = await read_all(log, p)
+            assert [s.offset for s in stored] == list(range(1000))
+            assert {s.node_id for s in stored} == {p}
+    finally:
+        await log.close()

@@ -1,0 +1,184 @@
+"""Admin operations of the core: static-member pre-registration (addMembersToGroup) and forced
+rebalance. They have no Kafka reference; the rules are the project's (issue 4, README)."""
+
+from __future__ import annotations
+
+from app.group.coordinator import AppendFailure
+from app.group.messages import AdminResult, Error
+from app.group.records import RecordType, decode_registration_value
+from app.group.state import GroupState
+from tests.unit.context import GROUP, Context
+
+TIMEOUT = 20_000
+
+
+def register(ctx: Context, ids: list[str], timeout: int = TIMEOUT) -> AdminResult:
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.register_static_members(h, GROUP, ids, timeout, ctx.now))
+    ctx.complete_writes()
+    return ctx.reply(h, AdminResult)
+
+
+def force(ctx: Context, reason: str = "test") -> AdminResult:
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.force_rebalance(h, GROUP, reason, ctx.now))
+    return ctx.reply(h, AdminResult)
+
+
+def rejoin_all(ctx: Context, members: dict[str, str | None]) -> dict[str, int]:
+    return {
+        mid: ctx.join(GROUP, member_id=mid, instance_id=inst) for mid, inst in members.items()
+    }
+
+
+def generations(ctx: Context) -> list[int]:
+    return sorted({r.generation for r in ctx.group_records() if r is not None})
+
+
+def test_registered_scale_up_of_four_static_members_costs_one_rebalance() -> None:
+    ctx = Context()
+    g = ctx.stable_group(["s0", "s1", "s2", "s3"])
+    assert register(ctx, ["n0", "n1", "n2", "n3"]).error is Error.NONE
+    handles: dict[str, int] = {}
+    for i in range(4):
+        handles[f"n{i}"] = ctx.join(GROUP, instance_id=f"n{i}")
+        if i == 0:  # the old members learn of the rebalance and rejoin at once
+            handles.update(rejoin_all(ctx, g.instance_ids))
+        ctx.advance(1000)  # newcomers arrive one by one, well within the timeout
+        if i < 3:
+            assert ctx.state() is GroupState.PREPARING_REBALANCE, "held for the rest"
+    assert all(ctx.answered(h) for h in handles.values())
+    replies = {k: ctx.join_reply(h) for k, h in handles.items()}
+    assert {r.generation_id for r in replies.values()} == {g.generation + 1}
+    assert len(ctx.group(GROUP).members) == 8
+    gen = g.generation + 1
+    for r in replies.values():
+        ctx.sync(r.member_id, gen, instance_id=ctx.group().members[r.member_id].group_instance_id,
+                 assignments=[(m, b"a") for m in ctx.group().members] if r.members else ())
+    ctx.complete_writes()
+    assert ctx.state() is GroupState.STABLE
+    # the registration closes once the scale-up's generation is durable
+    closing = decode_registration_value(
+        [r for r in ctx.records if r.type is RecordType.STATIC_REGISTRATION][-1].value or b""
+    )
+    assert closing.expected == () and closing.dropped == ()
+
+
+def test_without_registration_the_same_scale_up_rebalances_more_than_once() -> None:
+    ctx = Context()
+    g = ctx.stable_group(["s0", "s1", "s2", "s3"])
+    members = dict(g.instance_ids)
+    completed = 0
+    for i in range(4):
+        h = ctx.join(GROUP, instance_id=f"n{i}")
+        rejoin = rejoin_all(ctx, members)
+        ctx.advance(1000)
+        if ctx.answered(h):
+            completed += 1
+            reply = ctx.join_reply(h)
+            members[reply.member_id] = f"n{i}"
+            gen = reply.generation_id
+            leader = reply.leader
+            syncs = [ctx.sync(m, gen, instance_id=inst) for m, inst in members.items()]
+            ctx.complete_writes()
+            assert all(ctx.answered(s) for s in syncs) or leader
+        assert all(ctx.answered(x) for x in rejoin.values())
+    assert completed > 1
+
+
+def test_registered_instances_that_never_come_are_dropped_when_the_timeout_expires() -> None:
+    ctx = Context()
+    g = ctx.stable_group(["s0", "s1"])
+    register(ctx, ["n0", "n1", "n2"], timeout=5000)
+    h = ctx.join(GROUP, instance_id="n0")
+    rejoin = rejoin_all(ctx, g.instance_ids)
+    ctx.advance(4000)
+    assert not ctx.answered(h), "held while n1 and n2 may still come"
+    ctx.advance(1000)
+    ctx.complete_writes()
+    assert ctx.answered(h) and all(ctx.answered(x) for x in rejoin.values())
+    assert ctx.group().registered == {}
+    regs = [
+        decode_registration_value(r.value or b"")
+        for r in ctx.records
+        if r.type is RecordType.STATIC_REGISTRATION
+    ]
+    assert regs[-1].dropped == ("n1", "n2") and regs[-1].expected == ()
+
+
+def test_registration_is_rejected_when_empty_duplicated_or_already_members() -> None:
+    ctx = Context()
+    ctx.stable_group(["s0"])
+    assert register(ctx, []).error is Error.INVALID_REQUEST
+    assert "duplicate" in register(ctx, ["a", "a"]).message
+    assert "already members" in register(ctx, ["s0", "b"]).message
+    assert register(ctx, ["b"]).error is Error.NONE
+    assert "already registered" in register(ctx, ["b"]).message
+
+
+def test_registration_survives_a_reload_and_still_holds_the_join_phase() -> None:
+    ctx = Context()
+    g = ctx.stable_group(["s0", "s1"])
+    register(ctx, ["n0", "n1"])
+    ctx.join(GROUP, instance_id="n0")
+    ctx.complete_writes()
+    other = ctx.reloaded()
+    # n0's join was never synced, so after the failover both are still expected
+    assert other.group().registered == {"n0": None, "n1": None}
+    assert other.group().expansion_started_ms >= 0
+    h = other.join(GROUP, instance_id="n1")
+    rejoin = rejoin_all(other, g.instance_ids)
+    other.advance(100)
+    assert not other.answered(h), "held for n0, which must come back too"
+    n0 = other.join(GROUP, instance_id="n0")
+    other.advance(100)
+    assert other.answered(h) and other.answered(n0)
+    assert all(other.answered(x) for x in rejoin.values())
+    assert other.join_reply(h).generation_id == g.generation + 1
+
+
+def test_a_failed_registration_write_leaves_nothing_registered() -> None:
+    ctx = Context()
+    ctx.stable_group(["s0"])
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.register_static_members(h, GROUP, ["n0"], TIMEOUT, ctx.now))
+    ctx.fail_writes(AppendFailure.STORAGE)
+    assert ctx.reply(h, AdminResult).error is Error.NOT_COORDINATOR
+    assert ctx.group().registered == {}
+
+
+def test_forced_rebalance_moves_a_stable_group_to_preparing_and_heartbeats_learn_it() -> None:
+    ctx = Context()
+    g = ctx.stable_group(2)
+    assert force(ctx, "operator asked").error is Error.NONE
+    assert ctx.state() is GroupState.PREPARING_REBALANCE
+    assert ctx.heartbeat(g.member_ids[0], g.generation) is Error.REBALANCE_IN_PROGRESS
+    assert ctx.coordinator.rebalances["admin"] == 1
+    handles = rejoin_all(ctx, {m: None for m in g.member_ids})
+    assert all(ctx.answered(h) for h in handles.values())
+    assert ctx.join_reply(handles[g.member_ids[0]]).generation_id == g.generation + 1
+
+
+def test_forced_rebalance_of_an_empty_or_unknown_group_is_refused() -> None:
+    ctx = Context()
+    assert force(ctx).error is Error.GROUP_ID_NOT_FOUND
+    ctx.commit(generation=-1)
+    ctx.complete_writes()
+    assert force(ctx).error is Error.NON_EMPTY_GROUP
+
+
+def test_the_group_record_says_why_and_when_its_rebalance_started() -> None:
+    ctx = Context()
+    g = ctx.stable_group(2)
+    ctx.advance(500)
+    started = ctx.now
+    force(ctx, "audit me")
+    handles = rejoin_all(ctx, {m: None for m in g.member_ids})
+    reply = ctx.join_reply(handles[g.member_ids[0]])
+    for mid in g.member_ids:
+        ctx.sync(mid, reply.generation_id, assignments=[(m, b"x") for m in g.member_ids])
+    ctx.complete_writes()
+    value = ctx.last_group_record()
+    assert value is not None
+    assert value.rebalance_reason == "admin: audit me"
+    assert value.rebalance_started_ms == started
