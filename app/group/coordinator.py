@@ -455,10 +455,15 @@ class GroupCoordinator:
         )
 
     def _member_list(self, group: Group) -> tuple[JoinGroupMember, ...]:
+        # Static members first, then dynamic ones, each in join order. Kafka leaves the order
+        # unspecified (hash-map iteration), but kafka-python 3.x's range assignor groups the
+        # list with itertools.groupby on "is static" and silently drops every member of an
+        # interleaved run; a contiguous order gives every client a correct assignment.
         proto = group.protocol_name
+        ordered = sorted(group.members.values(), key=lambda m: m.group_instance_id is None)
         return tuple(
             JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(proto))
-            for m in group.members.values()
+            for m in ordered
         )
 
     def _validate_member(self, group: Group, member_id: str, instance_id: str | None) -> Error:

@@ -442,3 +442,20 @@ def test_replacement_of_a_re_added_instance_does_not_revert_to_an_older_incarnat
     ctx.complete_writes()  # W1 completes; the member it named is gone
     assert "i1" not in ctx.group().static_members
     assert ctx.group().static_in_flight == {}
+
+
+def test_leader_member_list_puts_static_members_first_in_join_order() -> None:
+    # kafka-python's range assignor drops members of an interleaved static/dynamic list
+    ctx = Context()
+    handles = []
+    for instance in ("s1", None, "s2", None):
+        if instance is None:
+            handles.append(ctx.join_dynamic()[1])
+        else:
+            handles.append(ctx.join(instance_id=instance))
+    ctx.complete_initial_rebalance(handles)
+    leader = next(r for r in map(ctx.join_reply, handles) if r.members)
+    assert [m.group_instance_id for m in leader.members] == ["s1", "s2", None, None]
+    dynamic = [m.member_id for m in leader.members if m.group_instance_id is None]
+    joined = [ctx.join_reply(h).member_id for h in handles]
+    assert dynamic == [joined[1], joined[3]]
