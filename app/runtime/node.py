@@ -345,17 +345,14 @@ class CoordinatorNode:
     async def _replay(self, p: Partition) -> None:
         started = time.perf_counter()
         core = GroupCoordinator(self.core_config, _member_id)
-        n = 0
         # one snapshot per load, so a compaction meanwhile cannot hide a tombstone from it;
         # each holds a connection, hence the bound on concurrent loads
-        async with self._load_slots, contextlib.aclosing(
-            self.log.read(p.id, snapshot=True)
-        ) as batches:
-            async for batch in batches:
-                for stored in batch:
-                    core.replay(stored.record())
-                n += len(batch)
-                await asyncio.sleep(0)  # let other partitions and requests make progress
+        async with self._load_slots:
+            n, records = await self.log.read_latest(p.id)
+        for i in range(0, len(records), 5000):
+            for record in records[i : i + 5000]:
+                core.replay(record)
+            await asyncio.sleep(0)  # let other partitions and requests make progress
         if self.partitions.get(p.id) is not p:
             return  # lost while loading
         p.core = core

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,13 @@ def gate_reads(gate: asyncio.Event) -> Any:
     """Hold every partition load until `gate` opens (the real read then runs)."""
 
     def prepare(event_log: EventLog) -> None:
-        real_read = event_log.read
+        real_read_latest = event_log.read_latest
 
-        async def gated(partition: int, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-            if partition >= 0:
-                await gate.wait()
-            async for batch in real_read(partition, *args, **kwargs):
-                yield batch
+        async def gated(partition: int, *args: Any, **kwargs: Any) -> Any:
+            await gate.wait()
+            return await real_read_latest(partition, *args, **kwargs)
 
-        event_log.read = gated  # type: ignore[method-assign]
+        event_log.read_latest = gated  # type: ignore[method-assign]
 
     return prepare
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from sqlalchemy import insert, text
 
-from app.group.records import OffsetValue, Record, RecordType, offset_record
+from app.group.records import OffsetValue, Record, RecordType, group_record, offset_record
 from storage.errors import (
     ConfigMismatch,
     FencedError,
@@ -658,6 +658,28 @@ class EventLogSuite:
                     await self.compact_fully(log, 0, e)
         assert replayed_state([s.record() for s in seen]) == replayed_state(records)
 
+    async def test_read_latest_keeps_the_newest_record_per_key_in_offset_order(
+        self, log: EventLog
+    ) -> None:
+        e = await self.lease(log, 0)
+        records = []
+        for i in range(120):
+            value = None if i % 11 == 0 else OffsetValue(i, -1, "", T0, -1)
+            records.append(offset_record("g", "t", i % 7, value))
+            if i % 40 == 0:
+                records.append(group_record("g", None))
+        await log.append([AppendBatch(0, e, NODE1, records)], now_ms=T0)
+        await log.append([AppendBatch(1, await self.lease(log, 1), NODE1, records[:3])])
+        latest = await log.read_latest(0, page_size=9)  # many pages
+        assert latest.scanned == len(records)
+        expected = {}  # key -> (position, record): the last one wins
+        for i, r in enumerate(records):
+            expected[(r.type, r.key)] = (i, r)
+        assert latest.records == [r for _, r in sorted(expected.values(), key=lambda x: x[0])]
+        assert any(r.value is None for r in latest.records), "tombstones are kept"
+        assert replayed_state(latest.records) == replayed_state(records)
+        assert (await log.read_latest(2)) == (0, [])
+
     def test_replaying_the_compacted_log_equals_replaying_the_full_log(self, url: str) -> None:
         partitions = iter(range(10_000))
 
@@ -671,11 +693,13 @@ class EventLogSuite:
                     e = await self.lease(log, p)
                     for i in range(0, len(history), 5):  # several transactions
                         await log.append([AppendBatch(p, e, NODE1, history[i : i + 5])], now_ms=T0)
+                    latest = await log.read_latest(p, page_size=4)
                     await self.compact_fully(log, p, e)
                     compacted = [s.record() for s in await read_all(log, p)]
                 finally:
                     await log.close()
                 assert replayed_state(compacted) == replayed_state(history)
+                assert replayed_state(latest.records) == replayed_state(history)
                 keys = [(r.type, r.key) for r in compacted[:-1]]
                 assert len(keys) == len(set(keys)), "one record per key (but the last row)"
                 assert all(r.value is not None for r in compacted[:-1]), "tombstones dropped"
