@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck migrate clean
+.PHONY: install run test lint typecheck migrate bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ lint: install
 
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (about 20-30 min)
+bench: install
+	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) data

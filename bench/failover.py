@@ -79,9 +79,9 @@ PG_DB = "bench_failover"
 PG_URL = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{PG_DB}"
 POLL_S = 0.020
 NODE_LOG_LEVEL = "WARNING"
+# the floor reads what a load needs (EventLog.read_latest): four columns, in log order
 RAW_SQL = (
-    'SELECT "partition", "offset", record_type, key, value, epoch, append_time_ms, node_id '
-    'FROM log_records ORDER BY "partition", "offset"'
+    'SELECT "offset", record_type, key, value FROM log_records ORDER BY "partition", "offset"'
 )
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): `make bench` runs every figure and rewrites BENCHMARKS.md."""

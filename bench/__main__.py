@@ -1,0 +1,75 @@
+"""`python -m bench [--smoke] [--only KEY ...] [--out PATH]`: run the figures, write the report.
+
+make bench                       # every figure, rewrites BENCHMARKS.md (tens of minutes)
+.venv/bin/python -m bench --smoke --out /tmp/b.md    # each figure in seconds (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench.report import PG_DSN, ROOT, BenchOptions, Figure, document, machine_info
+
+# key -> module with `run(opts) -> Figure | list[Figure]`, in report order
+FIGURES = {
+    "heartbeats": "bench.heartbeats",
+    "rebalance": "bench.rebalance",
+    "commits": "bench.commits",
+    "load": "bench.load",
+    "memory": "bench.memory",
+    "tansu": "bench.tansu",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: proves the figures work")
+    ap.add_argument("--only", nargs="+", choices=list(FIGURES), help="run only these figures")
+    ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    ap.add_argument("--pg", default=PG_DSN, help="PostgreSQL admin DSN")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    args = ap.parse_args(argv)
+
+    started = time.time()
+    workdir = Path(tempfile.mkdtemp(prefix="coord-bench-"))
+    opts = BenchOptions(smoke=args.smoke, workdir=workdir, pg_dsn=args.pg)
+    figures: list[Figure] = []
+    failed: list[str] = []
+    try:
+        for key in args.only or list(FIGURES):
+            t0 = time.time()
+            print(f"[bench] {key} ...", file=sys.stderr, flush=True)
+            try:
+                got = importlib.import_module(FIGURES[key]).run(opts)
+            except Exception:
+                traceback.print_exc()
+                failed.append(key)
+                continue
+            batch = got if isinstance(got, list) else [got]
+            for f in batch:
+                f.seconds = (time.time() - t0) / len(batch)
+                print(f"[bench] {f.title}: {f.verdict}", file=sys.stderr, flush=True)
+            figures.extend(batch)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    command = "make bench" if not args.smoke else "python -m bench --smoke"
+    if args.only:
+        command += " --only " + " ".join(args.only)
+    args.out.write_text(document(figures, command, started, machine_info(args.pg)))
+    print(f"[bench] wrote {args.out}", file=sys.stderr)
+    if failed:
+        print(f"[bench] FAILED figures: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
