@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -60,38 +62,51 @@ def run_workers(
 ) -> list[dict[str, Any]]:
     """Run `module.worker(args[i])` (an async function returning a JSON-able dict) in one OS
     process per entry, all at once; return their results in order. A failing worker fails
-    the figure with its stderr."""
+    the figure with its stderr. Results travel through files, not pipes: a pipe read after a
+    worker exits can come back cut short, and several pipes read in turn can stall a writer."""
+    out_dir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     procs = []
-    for a in args:
-        code = (
-            "import json, sys\n"
-            f"from bench.common import run_async\nfrom {module} import worker\n"
-            "print(json.dumps(run_async(worker(json.loads(sys.argv[1])))))\n"
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", code, json.dumps(a)],
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+    code = (
+        "import json, sys\n"
+        f"from bench.common import run_async\nfrom {module} import worker\n"
+        "result = run_async(worker(json.loads(sys.argv[1])))\n"
+        "with open(sys.argv[2], 'w') as f:\n    json.dump(result, f)\n"
+    )
+    try:
+        for i, a in enumerate(args):
+            err = open(out_dir / f"{i}.err", "wb")  # noqa: SIM115 - closed below
+            procs.append(
+                (
+                    subprocess.Popen(
+                        [sys.executable, "-c", code, json.dumps(a), str(out_dir / f"{i}.json")],
+                        cwd=ROOT,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    ),
+                    err,
+                )
             )
-        )
-    results = []
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise RuntimeError(f"{module} worker timed out after {timeout}s") from None
-        if p.returncode != 0:
-            for q in procs:
-                q.kill()
-            raise RuntimeError(f"{module} worker failed ({p.returncode}):\n{err.decode()[-4000:]}")
-        results.append(json.loads(out.decode().strip().splitlines()[-1]))
-    return results
+        deadline = time.monotonic() + timeout
+        results = []
+        for i, (p, err) in enumerate(procs):
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{module} worker timed out after {timeout}s") from None
+            err.close()
+            if p.returncode != 0:
+                tail = (out_dir / f"{i}.err").read_text(errors="replace")[-4000:]
+                raise RuntimeError(f"{module} worker failed ({p.returncode}):\n{tail}")
+            results.append(json.loads((out_dir / f"{i}.json").read_text()))
+        return results
+    finally:
+        for p, err in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            err.close()
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def start_barrier(delay: float = 1.5) -> float:
