@@ -62,6 +62,8 @@ class LogWriter:
         self._inflight: list[_Submission] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # cached: on Python 3.11 each asyncio.get_running_loop() costs a getpid() syscall
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         # Counters for metrics and tests.
         self.transactions = 0  # append() calls that committed
@@ -76,7 +78,8 @@ class LogWriter:
 
     def start(self) -> None:
         if self._task is None and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="log-writer")
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run(), name="log-writer")
 
     async def stop(self) -> None:
         """Refuse new submissions, write everything already submitted, then end the task."""
@@ -93,7 +96,7 @@ class LogWriter:
         list: the partition's current last offset, after a fence check), or fails with
         FencedError / StorageError. Cancelling the future does not withdraw the records.
         """
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[int] = (self._loop or asyncio.get_running_loop()).create_future()
         if self._closed:
             fut.set_exception(WriterStopped("log writer is stopped"))
             return fut

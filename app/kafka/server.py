@@ -13,7 +13,7 @@ import functools
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, cast
 
 from app.group.messages import Error
@@ -69,6 +69,9 @@ class KafkaConnection(asyncio.Protocol):
         self._closing = False
         self._reading_paused = False
         self._write_paused = False
+        # replies ready in one loop iteration leave in one write (one syscall, not one each)
+        self._out: list[bytes] = []
+        self._write_scheduled = False
 
     # --- asyncio.Protocol --------------------------------------------------------------------
 
@@ -117,6 +120,7 @@ class KafkaConnection(asyncio.Protocol):
             buf += memoryview(data)[pos:]
 
     def eof_received(self) -> bool | None:
+        self._write_out()  # the replies already made go out before the transport closes
         if self._buf:
             self.abort(f"truncated frame: connection ended {len(self._buf)} bytes into a frame")
         return None  # let the transport close
@@ -171,11 +175,25 @@ class KafkaConnection(asyncio.Protocol):
                 result = self._error_result(entry, ctx, body)
             self._emit_result(entry, ctx, body, correlation_id, result)
             return
+        handler = cast("AsyncHandler", api.handler)  # string: no per-request typing cost
+        coro = handler(ctx, body)
+        # Run the handler now, up to its first suspension: most requests (a Heartbeat, a
+        # lookup, an answer from memory) never suspend and then need no Task at all.
+        try:
+            step = coro.send(None)
+        except StopIteration as done:
+            self._emit_result(entry, ctx, body, correlation_id, done.value)
+            return
+        except Exception:
+            log.exception("%s v%d from %s failed", api.name, version, self._peer)
+            self._emit_result(
+                entry, ctx, body, correlation_id, self._error_result(entry, ctx, body)
+            )
+            return
         slot = _Slot()
         self._slots.append(slot)
         assert self._loop is not None
-        handler = cast("AsyncHandler", api.handler)  # string: no per-request typing cost
-        task = self._loop.create_task(handler(ctx, body))
+        task = self._loop.create_task(_resume(coro, step), name=api.name)
         task.add_done_callback(
             functools.partial(self._on_done, slot, entry, ctx, body, correlation_id)
         )
@@ -263,20 +281,34 @@ class KafkaConnection(asyncio.Protocol):
     def _emit(self, data: bytes) -> None:
         """Queue a ready reply behind the ones still being computed (order = request order)."""
         if not self._slots:
-            assert self._transport is not None
-            self._transport.write(data)
+            self._write(data)
         else:
             self._slots.append(_Slot(data))
 
     def _flush(self) -> None:
         slots = self._slots
-        transport = self._transport
-        assert transport is not None
         while slots and slots[0].data is not None:
             data = slots.popleft().data
             if data:
-                transport.write(data)
+                self._write(data)
         self._update_reading()
+
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._write_scheduled = False
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        if self._transport is not None and not self._closing:
+            self._transport.write(data)
 
     def _update_reading(self) -> None:
         transport = self._transport
@@ -302,6 +334,7 @@ class KafkaConnection(asyncio.Protocol):
     def close(self) -> None:
         self._closing = True
         self._slots.clear()
+        self._out.clear()
         if self._transport is not None:
             self._transport.close()
 
@@ -365,6 +398,31 @@ class KafkaServer(asyncio.AbstractServer):
 
     async def serve_forever(self) -> None:
         await self.server.serve_forever()
+
+
+async def _resume(coro: Coroutine[Any, Any, HandlerResult], step: Any) -> HandlerResult:
+    """Drive, as a Task would, a handler coroutine that was started eagerly and suspended
+    yielding `step`: the future it awaits, or None for a bare yield (asyncio.sleep(0)).
+    Exceptions and cancellation of the wait are thrown into the coroutine at that point."""
+    while True:
+        try:
+            if step is None:
+                await asyncio.sleep(0)
+            else:
+                # the coroutine's own await marked the future as being waited on; we take
+                # over that wait (Task.__step clears the flag the same way)
+                step._asyncio_future_blocking = False
+                await step
+        except BaseException as exc:  # handed to the coroutine, as a Task does
+            try:
+                step = coro.throw(exc)
+            except StopIteration as done:
+                return cast(HandlerResult, done.value)
+            continue
+        try:
+            step = coro.send(None)
+        except StopIteration as done:
+            return cast(HandlerResult, done.value)
 
 
 def _error_code(version: int, result: HandlerResult) -> int:

@@ -158,7 +158,10 @@ class CoordinatorNode:
         self.topics: dict[str, int] = {}
         self.cluster_id = "coordinator"
         self._handles = itertools.count(1)
+        # cached: on Python 3.11 each asyncio.get_running_loop() costs a getpid() syscall
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._request_counters: dict[tuple[str, int, int], Any] = {}
         self._lease_task: asyncio.Task[None] | None = None
         self._topics_next_offset = 0
         # stop serving a partition this long before its lease could be taken by another node
@@ -181,6 +184,7 @@ class CoordinatorNode:
 
     async def start(self) -> None:
         """Register, claim this node's share of the partitions and keep the leases alive."""
+        self._loop = asyncio.get_running_loop()
         self.log_partitions = await self.log.ensure_log_partitions(self.settings.log_partitions)
         t = now_ms()
         host, port = self.settings.advertised_address
@@ -248,11 +252,10 @@ class CoordinatorNode:
 
     async def tick(self) -> None:
         """One lease round: heartbeat, renew, follow the placement plan, refresh topics."""
+        # renew first: under load every statement waits for a turn of a busy event loop, and
+        # the validity of what we hold counts from t0, taken just before the renewal
         t0 = now_ms()
         ttl = self.settings.lease_ttl_ms
-        if not await self.log.heartbeat_node(self.node_id, t0):
-            host, port = self.settings.advertised_address
-            await self.log.register_node(self.node_id, host, port, None, t0)
         held = {pid: p.epoch for pid, p in self.partitions.items()}
         renewed = await self.log.renew_leases(self.node_id, held, ttl, t0)
         valid_until = t0 + ttl - self._safety_ms
@@ -261,6 +264,9 @@ class CoordinatorNode:
                 self.partitions[pid].valid_until = valid_until
             elif pid in self.partitions:
                 self._drop(self.partitions[pid], "lease lost to another node")
+        if not await self.log.heartbeat_node(self.node_id, t0):
+            host, port = self.settings.advertised_address
+            await self.log.register_node(self.node_id, host, port, None, t0)
         leases = {row.partition: row for row in await self.log.leases()}
         nodes = await self.log.live_nodes(t0, ttl)
         self.live_brokers = {
@@ -423,7 +429,13 @@ class CoordinatorNode:
             await self.log.release_lease(p.id, self.node_id, p.epoch, now_ms())
 
     def observe_request(self, api: str, version: int, error: int) -> None:
-        self.metrics.requests.labels(api, str(version), str(error)).inc()
+        # the labelled child is looked up once per (api, version, error): prometheus-client's
+        # labels() costs more than the rest of a Heartbeat's handling
+        child = self._request_counters.get((api, version, error))
+        if child is None:
+            child = self.metrics.requests.labels(api, str(version), str(error))
+            self._request_counters[(api, version, error)] = child
+        child.inc()
 
     def rebalance_counts(self) -> dict[str, int]:
         counts = dict(self._retired_rebalances)
@@ -491,7 +503,7 @@ class CoordinatorNode:
     def _call(
         self, p: Partition, op: Callable[[int, int], Result]
     ) -> Awaitable[Any]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         handle = next(self._handles)
         fut: asyncio.Future[Any] = loop.create_future()
         self._waiting[handle] = fut
@@ -546,7 +558,9 @@ class CoordinatorNode:
             p.timer.cancel()
         delay = max(deadline - now_ms(), 0) / 1000
         p.armed_deadline = deadline
-        p.timer = asyncio.get_running_loop().call_later(delay, self._on_timer, p)
+        p.timer = (self._loop or asyncio.get_running_loop()).call_later(
+            delay, self._on_timer, p
+        )
 
     def _on_timer(self, p: Partition) -> None:
         p.timer = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 
@@ -39,6 +40,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     # build the API table (kio's classes, ~2 s) before claiming leases, not on the first
     # connection, where it would stall the event loop and with it the lease renewals
     version_table()
+    # Everything alive now (the imported libraries, kio's classes: most of the heap) lives as
+    # long as the process: move it out of the cyclic collector's sight, or every full
+    # collection walks it again (measured: ~40% of a 1000-member rebalance's CPU).
+    gc.collect()
+    gc.freeze()
     await node.start()
 
     host, port = settings.kafka_address

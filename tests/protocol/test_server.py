@@ -281,7 +281,7 @@ async def test_fetch_wait_ends_when_the_connection_closes(client: KafkaTestClien
 
     def fetch_tasks() -> list[asyncio.Task[object]]:
         return [
-            t for t in asyncio.all_tasks() if "handle_fetch" in repr(t.get_coro()) and not t.done()
+            t for t in asyncio.all_tasks() if t.get_name() == "Fetch" and not t.done()
         ]
 
     assert fetch_tasks()
@@ -318,3 +318,37 @@ async def test_stop_closes_open_connections(node: RunningNode, client: KafkaTest
     assert not node.server.is_serving()
     with pytest.raises(ConnectionError):
         await join_fut
+
+
+# --- eager handlers ----------------------------------------------------------------------------
+
+
+async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() -> None:
+    from app.kafka.server import _resume
+
+    loop = asyncio.get_running_loop()
+
+    async def handler(fut: asyncio.Future[int]) -> int:
+        await asyncio.sleep(0)  # a bare yield first
+        try:
+            return await fut + 1
+        except KeyError:
+            return -1
+
+    # result, exception thrown in at the await, and cancellation reaching the awaited future
+    for outcome in ("result", "error", "cancel"):
+        fut: asyncio.Future[int] = loop.create_future()
+        coro = handler(fut)
+        task = loop.create_task(_resume(coro, coro.send(None)))
+        await asyncio.sleep(0.01)
+        if outcome == "result":
+            fut.set_result(41)
+            assert await task == 42
+        elif outcome == "error":
+            fut.set_exception(KeyError("x"))
+            assert await task == -1
+        else:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert fut.cancelled()
