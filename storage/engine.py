@@ -34,7 +34,8 @@ def is_sqlite(url: URL) -> bool:
     return url.get_backend_name() == "sqlite"
 
 
-def _sqlite_file(url: URL) -> Path | None:
+def sqlite_file(url: URL) -> Path | None:
+    """The database file of a SQLite URL; None for in-memory and URI-style databases."""
     db = url.database
     if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
         return None
@@ -47,7 +48,7 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any)
         kwargs.setdefault("pool_pre_ping", True)
         return create_async_engine(u, **kwargs)
 
-    path = _sqlite_file(u)
+    path = sqlite_file(u)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_async_engine(u, **kwargs)

@@ -22,11 +22,15 @@ Design notes (DESIGN.md §4 "one writer per log partition, fenced by epoch"):
 from __future__ import annotations
 
 import asyncio
+import functools
+import sqlite3
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import BigInteger, bindparam, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -34,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.group.records import Record, RecordType
 from storage import errors
-from storage.engine import create_engine, write_engine
+from storage.engine import create_engine, sqlite_file, write_engine
 from storage.errors import translate_errors
 from storage.migrate import upgrade_async
 from storage.tables import cluster_meta, log_history, log_records, nodes, partition_leases
@@ -136,11 +140,82 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+T = TypeVar("T")
+
+
+class SqliteWriter:
+    """Short SQLite write transactions in one thread hop each.
+
+    Through aiosqlite every statement of a transaction is its own hop to the driver thread and
+    back (an append took ~11), and the database write lock stays held across those event-loop
+    turns: on a busy node a lease renewal then waited behind a stream of appends. Here the whole
+    transaction (BEGIN IMMEDIATE ... COMMIT) runs on one dedicated thread with its own sqlite3
+    connection (WAL, synchronous=FULL, like the engine's), so the lock is held only for the
+    statements themselves. Used for appends and lease renewals; reads and rarer writes keep
+    going through SQLAlchemy.
+    """
+
+    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._busy_timeout_s = busy_timeout_ms / 1000
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
+        self._conn: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:  # on the writer thread only
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self._path, timeout=self._busy_timeout_s, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._conn = conn
+        return self._conn
+
+    def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.IntegrityError as e:
+            raise errors.IntegrityError(f"{type(e).__name__}: {e}") from e
+        except sqlite3.OperationalError as e:
+            raise errors.OperationalError(f"{type(e).__name__}: {e}") from e
+        except sqlite3.Error as e:
+            raise errors.StorageError(f"{type(e).__name__}: {e}") from e
+        return result
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(conn)` inside one write transaction, committed if it returns. If the caller
+        is cancelled, the transaction still runs to its end (its outcome is then unknown to
+        the caller, as with any interrupted commit)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(self._transaction, fn)
+        )
+
+    async def close(self) -> None:
+        def shut() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, shut)
+        self._executor.shutdown(wait=True)
+
+
 class EventLog:
     """Create with `await EventLog.open(url)`; the schema must exist (storage.migrate)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, sqlite_writer: SqliteWriter | None = None) -> None:
         self._engine = engine
+        self._sqlite_writer = sqlite_writer
         self._writes = write_engine(engine)
         self._pg = engine.dialect.name == "postgresql"
         self._append_lock = asyncio.Lock()
@@ -192,9 +267,13 @@ class EventLog:
         except BaseException:
             await engine.dispose()
             raise
-        return cls(engine)
+        # a file (not an in-memory database, which a second connection would not see)
+        path = sqlite_file(engine.url) if engine.dialect.name == "sqlite" else None
+        return cls(engine, SqliteWriter(path, busy_timeout_ms) if path is not None else None)
 
     async def close(self) -> None:
+        if self._sqlite_writer is not None:
+            await self._sqlite_writer.close()
         await self._engine.dispose()
 
     @property
@@ -239,6 +318,15 @@ class EventLog:
                 self._next_offsets.clear()
                 raise
 
+    @staticmethod
+    def _check_fence(
+        claims: Sequence[tuple[int, int, int]], leases: dict[int, tuple[int | None, int]]
+    ) -> None:
+        for partition, node_id, claimed in claims:
+            owner, epoch = leases.get(partition, (None, None))
+            if owner != node_id or epoch != claimed:
+                raise errors.FencedError(partition, claimed, owner, epoch)
+
     async def _fence(
         self, conn: AsyncConnection, claims: Sequence[tuple[int, int, int]]
     ) -> None:
@@ -250,52 +338,88 @@ class EventLog:
         if self._pg:  # SQLite already holds the database write lock (BEGIN IMMEDIATE)
             fence = fence.order_by(L.partition).with_for_update(read=True)
         leases = {r.partition: (r.owner_node_id, r.epoch) for r in await conn.execute(fence)}
-        for partition, node_id, claimed in claims:
-            owner, epoch = leases.get(partition, (None, None))
-            if owner != node_id or epoch != claimed:
-                raise errors.FencedError(partition, claimed, owner, epoch)
+        self._check_fence(claims, leases)
+
+    def _cached_next(self, batches: Sequence[AppendBatch]) -> tuple[dict[int, int], list[int]]:
+        """Next offsets known from the cache, and the partitions whose next offset is not."""
+        nxt: dict[int, int] = {}
+        missing: list[int] = []
+        for b in batches:
+            if b.partition in nxt or b.partition in missing:
+                continue
+            cached = self._next_offsets.get(b.partition)
+            if cached is not None and cached[0] == b.epoch:
+                nxt[b.partition] = cached[1]
+            else:
+                missing.append(b.partition)
+        return nxt, missing
+
+    @staticmethod
+    def _rows(
+        batches: Sequence[AppendBatch], nxt: dict[int, int], now_ms: int
+    ) -> tuple[list[tuple[Any, ...]], list[int]]:
+        """The rows to insert (advancing `nxt`) and the last offset of each batch."""
+        rows: list[tuple[Any, ...]] = []
+        last: list[int] = []
+        for b in batches:
+            p, o, e, n = b.partition, nxt[b.partition], b.epoch, b.node_id
+            rows.extend(
+                (p, o + i, int(r.type), r.key, r.value, e, n, now_ms)
+                for i, r in enumerate(b.records)
+            )
+            o += len(b.records)
+            nxt[p] = o
+            last.append(o - 1)
+        return rows, last
 
     async def _append(self, batches: Sequence[AppendBatch], now_ms: int) -> list[int]:
-        parts = sorted({b.partition for b in batches})
-        async with self._write() as conn:
-            await self._fence(conn, [(b.partition, b.node_id, b.epoch) for b in batches])
-            epochs = {b.partition: b.epoch for b in batches}
+        claims = [(b.partition, b.node_id, b.epoch) for b in batches]
+        nxt, missing = self._cached_next(batches)
+        if self._sqlite_writer is not None:
 
-            nxt: dict[int, int] = {}
-            missing: list[int] = []
-            for p in parts:
-                cached = self._next_offsets.get(p)
-                if cached is not None and cached[0] == epochs[p]:
-                    nxt[p] = cached[1]
-                else:
-                    missing.append(p)
-            if missing:
-                # One round trip; each scalar subquery is a PK index lookup.
-                R = log_records.c
-                probe = select(
-                    *(
-                        select(func.max(R.offset)).where(R.partition == p).scalar_subquery()
-                        for p in missing
+            def transaction(conn: sqlite3.Connection) -> list[int]:
+                parts = sorted({p for p, _, _ in claims})
+                marks = ",".join("?" * len(parts))
+                leases = {
+                    p: (owner, epoch)
+                    for p, owner, epoch in conn.execute(
+                        'SELECT "partition", owner_node_id, epoch FROM partition_leases '
+                        f'WHERE "partition" IN ({marks})',
+                        parts,
                     )
-                )
-                maxes: tuple[Any, ...] = tuple((await conn.execute(probe)).one())
-                for p, m in zip(missing, maxes, strict=True):
+                }
+                self._check_fence(claims, leases)
+                for p in missing:  # a primary-key lookup each
+                    (m,) = conn.execute(
+                        'SELECT max("offset") FROM log_records WHERE "partition" = ?', (p,)
+                    ).fetchone()
                     nxt[p] = 0 if m is None else int(m) + 1
+                rows, last = self._rows(batches, nxt, now_ms)
+                if rows:
+                    conn.executemany(self._append_sql, rows)
+                return last
 
-            rows: list[tuple[Any, ...]] = []
-            last: list[int] = []
-            for b in batches:
-                p, o, e, n = b.partition, nxt[b.partition], b.epoch, b.node_id
-                rows.extend(
-                    (p, o + i, int(r.type), r.key, r.value, e, n, now_ms)
-                    for i, r in enumerate(b.records)
-                )
-                o += len(b.records)
-                nxt[p] = o
-                last.append(o - 1)
-            if rows:
-                await conn.exec_driver_sql(self._append_sql, rows)  # one executemany
-        for p in parts:  # committed: the cache may advance
+            last = await self._sqlite_writer.run(transaction)
+        else:
+            async with self._write() as conn:
+                await self._fence(conn, claims)
+                if missing:
+                    # One round trip; each scalar subquery is a PK index lookup.
+                    R = log_records.c
+                    probe = select(
+                        *(
+                            select(func.max(R.offset)).where(R.partition == p).scalar_subquery()
+                            for p in missing
+                        )
+                    )
+                    maxes: tuple[Any, ...] = tuple((await conn.execute(probe)).one())
+                    for p, m in zip(missing, maxes, strict=True):
+                        nxt[p] = 0 if m is None else int(m) + 1
+                rows, last = self._rows(batches, nxt, now_ms)
+                if rows:
+                    await conn.exec_driver_sql(self._append_sql, rows)  # one executemany
+        epochs = {b.partition: b.epoch for b in batches}
+        for p in epochs:  # committed: the cache may advance
             self._next_offsets[p] = (epochs[p], nxt[p])
         return last
 
@@ -599,6 +723,28 @@ class EventLog:
         epoch, not the clock, is the fence). Returns the partitions renewed."""
         if not partitions_with_epochs:
             return set()
+        if self._sqlite_writer is not None:  # the lease round's hot write: one hop
+
+            def transaction(conn: sqlite3.Connection) -> list[int]:
+                parts = sorted(partitions_with_epochs)
+                rows = conn.execute(
+                    'SELECT "partition", owner_node_id, epoch FROM partition_leases WHERE '
+                    f'"partition" IN ({",".join("?" * len(parts))})',
+                    parts,
+                ).fetchall()
+                mine = sorted(
+                    p for p, owner, epoch in rows
+                    if owner == node_id and epoch == partitions_with_epochs[p]
+                )  # fmt: skip
+                if mine:
+                    conn.execute(
+                        'UPDATE partition_leases SET expires_at_ms = ? WHERE "partition" IN '
+                        f'({",".join("?" * len(mine))})',
+                        [now_ms + ttl_ms, *mine],
+                    )
+                return mine
+
+            return set(await self._sqlite_writer.run(transaction))
         L = partition_leases.c
         async with self._write() as conn:
             rows = await conn.execute(
