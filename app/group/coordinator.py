@@ -219,28 +219,41 @@ class GroupCoordinator:
     # ==== timers ===============================================================================
 
     def _schedule(self, key: TimerKey, deadline: int) -> None:
+        # The heap holds at least one entry at or before each timer's deadline, not one per
+        # reschedule: a later deadline (every heartbeat's) pushes nothing; the old entry is
+        # moved to the current deadline when it surfaces. One entry per member instead of one
+        # per heartbeat within a session timeout (~15 at Kafka's defaults).
+        current = self.timers.get(key)
         self.timers[key] = deadline
-        heapq.heappush(self._heap, (deadline, key))
+        if current is None or deadline < current:
+            heapq.heappush(self._heap, (deadline, key))
 
     def _cancel(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
 
-    def next_deadline(self) -> int | None:
+    def _surface(self) -> tuple[int, TimerKey] | None:
+        """The heap's first entry that is due at its own deadline; stale ones are dropped or
+        moved to their timer's current deadline on the way."""
         heap = self._heap
         while heap:
             deadline, key = heap[0]
-            if self.timers.get(key) == deadline:
-                return deadline
-            heapq.heappop(heap)  # superseded or cancelled
+            current = self.timers.get(key)
+            if current == deadline:
+                return deadline, key
+            if current is None:
+                heapq.heappop(heap)  # cancelled or fired
+            else:
+                heapq.heapreplace(heap, (current, key))  # rescheduled later
         return None
+
+    def next_deadline(self) -> int | None:
+        first = self._surface()
+        return None if first is None else first[0]
 
     def poll_timers(self, now: int) -> Result:
         out = Result()
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            deadline, key = heapq.heappop(heap)
-            if self.timers.get(key) != deadline:
-                continue
+        while (first := self._surface()) is not None and first[0] <= now:
+            key = heapq.heappop(self._heap)[1]
             del self.timers[key]
             self._fire(key, now, out)
         return out

@@ -233,3 +233,25 @@ def test_join_completion_resets_session_of_static_members_that_did_not_rejoin() 
     ctx.advance(REBALANCE_MS)
     assert ctx.join_reply(h).error is Error.NONE
     assert ctx.coordinator.timers[("hb", GROUP, sg.member_ids[1])] == ctx.now + 45_000
+
+
+def test_heartbeats_do_not_grow_the_timer_heap_and_sessions_still_expire() -> None:
+    # one heap entry per timer, not one per heartbeat: memory per member stays flat
+    ctx = Context()
+    sg = ctx.stable_group(3)
+    base = len(ctx.coordinator._heap)
+    for _ in range(200):
+        ctx.advance(SESSION_MS // 10)
+        for m in sg.member_ids:
+            assert ctx.heartbeat(m, sg.generation) is Error.NONE
+    assert len(ctx.coordinator._heap) <= base
+    # the member that stops heartbeating still expires one session timeout after its last one
+    quiet = sg.member_ids[2]
+    for _ in range(9):
+        ctx.advance(SESSION_MS // 10)
+        for m in sg.member_ids[:2]:
+            ctx.heartbeat(m, sg.generation)
+    ctx.advance(SESSION_MS - 9 * (SESSION_MS // 10) - 1)
+    assert quiet in ctx.group().members
+    ctx.advance(1)
+    assert quiet not in ctx.group().members
