@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import struct
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -25,17 +24,12 @@ from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
 from tests.kafka_client import KafkaTestClient
+from tests.ports import free_port
 from tests.runtime.node_fixture import RunningNode, running_node, sqlite_url
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ==== consumer protocol bytes (ConsumerProtocolSubscription / Assignment) ======================

@@ -20,13 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.ports import free_port as _free_port
+
 PG_USER = "postgres"  # OS user that runs the server when we are root; also the DB superuser
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def find_pg_bin() -> Path:

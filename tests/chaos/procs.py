@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,14 +19,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 CONSUMER_SCRIPT = Path(__file__).resolve().with_name("consumer.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Node:

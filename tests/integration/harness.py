@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,14 +20,9 @@ from typing import Any
 
 from app.group.consumer_protocol import decode_assignment
 from app.group.records import GroupMetadataValue, decode_group_key, decode_group_value
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
 from tests.kafka_client import KafkaTestClient
+from tests.ports import free_port
 
 
 @dataclass
@@ -32,12 +32,6 @@ class RunningNode:
 
     async def client(self, client_id: str = "test") -> KafkaTestClient:
         return await KafkaTestClient.connect("127.0.0.1", self.port, client_id=client_id)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sqlite_url(tmp_path: Path) -> str:

@@ -1,0 +1,41 @@
+"""Ports for the servers tests start, and often restart on the same port."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 below the kernel's ephemeral range.
+
+    A port from bind(0) is an ephemeral one: once its server is killed, any client's next
+    outgoing connection may be given that same number as its local port, and the server then
+    cannot restart on it (EADDRINUSE; seen in the chaos suite). Below the range the kernel
+    never hands it out by itself. Never the same port twice in one process."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(500 if low > 11_000 else 0):
+        port = rng.randrange(10_000, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # an unusual range setting: fall back to the kernel's choice
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
