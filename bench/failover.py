@@ -75,7 +75,7 @@ from tests.integration.harness import CoordinatorProcess  # noqa: E402
 
 FAKE_NODE = 9999  # the writer of the pre-populated log (never a live node id)
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-PG_DB = "bench_failover"
+PG_DB = f"bench_failover_{os.getpid()}"  # per run: a node orphaned by a killed run cannot join
 PG_URL = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{PG_DB}"
 POLL_S = 0.020
 NODE_LOG_LEVEL = "WARNING"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -23,6 +24,14 @@ from app.group.records import GroupMetadataValue, decode_group_key, decode_group
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the test or benchmark process dies, so a
+    killed run leaves no node behind to join the next run's cluster (Linux prctl)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -71,6 +80,7 @@ class CoordinatorProcess:
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         if wait_ready:
             self.wait_ready()
