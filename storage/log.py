@@ -143,25 +143,29 @@ def _now_ms() -> int:
 T = TypeVar("T")
 
 
-class SqliteWriter:
-    """Short SQLite write transactions in one thread hop each.
+class SqliteThread:
+    """Short SQLite transactions in one thread hop each, on a dedicated thread with its own
+    sqlite3 connection (WAL, synchronous=FULL, like the engine's).
 
     Through aiosqlite every statement of a transaction is its own hop to the driver thread and
     back (an append took ~11), and the database write lock stays held across those event-loop
-    turns: on a busy node a lease renewal then waited behind a stream of appends. Here the whole
-    transaction (BEGIN IMMEDIATE ... COMMIT) runs on one dedicated thread with its own sqlite3
-    connection (WAL, synchronous=FULL, like the engine's), so the lock is held only for the
-    statements themselves. Used for appends and lease renewals; reads and rarer writes keep
-    going through SQLAlchemy.
+    turns: on a busy node a lease renewal then waited behind a stream of appends. Here a whole
+    transaction runs in one hop, holding the lock only for the statements themselves. One
+    instance writes (appends, lease renewals: BEGIN IMMEDIATE); another reads partitions for
+    loads (a read transaction: one WAL snapshot), so a load never delays an append. Everything
+    else keeps going through SQLAlchemy.
     """
 
-    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+    def __init__(self, path: Path, busy_timeout_ms: int, *, write: bool) -> None:
         self._path = path
         self._busy_timeout_s = busy_timeout_ms / 1000
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
+        self._begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="sqlite-writer" if write else "sqlite-reader"
+        )
         self._conn: sqlite3.Connection | None = None
 
-    def _connection(self) -> sqlite3.Connection:  # on the writer thread only
+    def _connection(self) -> sqlite3.Connection:  # on this instance's thread only
         if self._conn is None:
             conn = sqlite3.connect(
                 self._path, timeout=self._busy_timeout_s, isolation_level=None,
@@ -175,7 +179,7 @@ class SqliteWriter:
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
             conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(self._begin)
             try:
                 result = fn(conn)
                 conn.execute("COMMIT")
@@ -192,7 +196,7 @@ class SqliteWriter:
         return result
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` inside one write transaction, committed if it returns. If the caller
+        """Run `fn(conn)` inside one transaction, committed if it returns. If the caller
         is cancelled, the transaction still runs to its end (its outcome is then unknown to
         the caller, as with any interrupted commit)."""
         loop = asyncio.get_running_loop()
@@ -213,9 +217,17 @@ class SqliteWriter:
 class EventLog:
     """Create with `await EventLog.open(url)`; the schema must exist (storage.migrate)."""
 
-    def __init__(self, engine: AsyncEngine, sqlite_writer: SqliteWriter | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        sqlite_threads: tuple[SqliteThread, SqliteThread] | None = None,
+    ) -> None:
         self._engine = engine
-        self._sqlite_writer = sqlite_writer
+        # SQLite files only (None on PostgreSQL and for in-memory databases)
+        self._sqlite_writer: SqliteThread | None = None
+        self._sqlite_reader: SqliteThread | None = None
+        if sqlite_threads is not None:
+            self._sqlite_writer, self._sqlite_reader = sqlite_threads
         self._writes = write_engine(engine)
         self._pg = engine.dialect.name == "postgresql"
         self._append_lock = asyncio.Lock()
@@ -269,11 +281,20 @@ class EventLog:
             raise
         # a file (not an in-memory database, which a second connection would not see)
         path = sqlite_file(engine.url) if engine.dialect.name == "sqlite" else None
-        return cls(engine, SqliteWriter(path, busy_timeout_ms) if path is not None else None)
+        if path is None:
+            return cls(engine)
+        return cls(
+            engine,
+            (
+                SqliteThread(path, busy_timeout_ms, write=True),
+                SqliteThread(path, busy_timeout_ms, write=False),
+            ),
+        )
 
     async def close(self) -> None:
-        if self._sqlite_writer is not None:
-            await self._sqlite_writer.close()
+        for thread in (self._sqlite_writer, self._sqlite_reader):
+            if thread is not None:
+                await thread.close()
         await self._engine.dispose()
 
     @property
@@ -503,6 +524,31 @@ class EventLog:
         # offset and group keys are disjoint byte strings (see records.py), but a type-less
         # key would alias across types: one dict per record type
         latest: dict[int, dict[bytes, tuple[Any, ...]]] = {}
+
+        def keep(rows: Sequence[Any]) -> None:
+            for row in rows:
+                by_key = latest.get(row[1])
+                if by_key is None:
+                    by_key = latest[row[1]] = {}
+                by_key[row[2]] = row
+
+        if self._sqlite_reader is not None:
+            # the whole scan in one hop on the reader thread: one statement, one snapshot
+
+            def scan(conn: sqlite3.Connection) -> int:
+                cur = conn.execute(
+                    'SELECT "offset", record_type, key, value FROM log_records '
+                    'WHERE "partition" = ? ORDER BY "offset"',
+                    (partition,),
+                )
+                n = 0
+                while rows := cur.fetchmany(page_size):
+                    keep(rows)
+                    n += len(rows)
+                return n
+
+            scanned = await self._sqlite_reader.run(scan)
+            return LatestRecords(scanned, self._survivors(partition, latest))
         scanned = 0
         nxt = 0
         async with self.snapshot() as conn:
@@ -517,25 +563,26 @@ class EventLog:
                             rows = await cur.fetchall()
                 if not rows:
                     break
-                for row in rows:
-                    by_key = latest.get(row[1])
-                    if by_key is None:
-                        by_key = latest[row[1]] = {}
-                    by_key[row[2]] = row
+                keep(rows)
                 scanned += len(rows)
                 nxt = rows[-1][0] + 1
                 if len(rows) < page_size:
                     break
-        survivors = sorted((r for by_key in latest.values() for r in by_key.values()),
-                           key=lambda r: r[0])  # fmt: skip
+        return LatestRecords(scanned, self._survivors(partition, latest))
+
+    @staticmethod
+    def _survivors(
+        partition: int, latest: dict[int, dict[bytes, tuple[Any, ...]]]
+    ) -> list[Record]:
+        rows = sorted((r for by_key in latest.values() for r in by_key.values()),
+                      key=lambda r: r[0])  # fmt: skip
         try:
-            records = [Record(_RECORD_TYPES[t], k, v) for _, t, k, v in survivors]
+            return [Record(_RECORD_TYPES[t], k, v) for _, t, k, v in rows]
         except KeyError as e:
             raise errors.StorageError(
                 f"partition {partition}: unknown record type {e.args[0]} "
                 "(written by a newer version?)"
             ) from None
-        return LatestRecords(scanned, records)
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[AsyncConnection]:
