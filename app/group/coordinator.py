@@ -228,6 +228,16 @@ class GroupCoordinator:
         if current is None or deadline < current:
             heapq.heappush(self._heap, (deadline, key))
 
+    def _schedule_all(self, timers: Iterable[tuple[TimerKey, int]]) -> None:
+        """Many timers at once (every session after a load): one heapify, not a push each."""
+        heap = self._heap
+        for key, deadline in timers:
+            current = self.timers.get(key)
+            self.timers[key] = deadline
+            if current is None or deadline < current:
+                heap.append((deadline, key))
+        heapq.heapify(heap)
+
     def _cancel(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
 
@@ -1536,9 +1546,12 @@ class GroupCoordinator:
     def on_loaded(self, now: int) -> Result:
         """After replay: fresh session timers, max-size enforcement, retention timer (§7)."""
         out = Result()
+        self._schedule_all(
+            (self._heartbeat_key(group, member.member_id), now + member.session_timeout_ms)
+            for group in self.groups.values()
+            for member in group.members.values()
+        )
         for group in self.groups.values():
-            for member in group.members.values():
-                self._reschedule_session(group, member, now, member.session_timeout_ms)
             for instance in list(group.registered):
                 if instance in group.static_members:  # its join is durable: it arrived
                     del group.registered[instance]

@@ -76,8 +76,12 @@ REPLAY_SLICE_S = 0.005
 class _GcPause:
     """Loads pause the cyclic garbage collector. A load allocates millions of long-lived
     objects and frees almost none; the collector would walk them over and over (replay of an
-    all-live log measured 1.8x slower with it on). Process-wide, like the collector: held by
-    every load in progress, enabled again when the last one ends."""
+    all-live log measured 1.8x slower with it on), and once enabled again it would walk them
+    all once more as they age through its generations (a third of a 100k-group load, in
+    py-spy). So when the last load in progress ends, everything alive is frozen (gc.freeze:
+    never walked again; reference counting still frees a group when it is deleted or its
+    partition unloaded, as the core's state holds no reference cycles) and the collector is
+    enabled again. Process-wide, like the collector."""
 
     holders = 0
     was_enabled = True
@@ -91,6 +95,7 @@ class _GcPause:
     def __exit__(self, *exc: object) -> None:
         _GcPause.holders -= 1
         if _GcPause.holders == 0 and _GcPause.was_enabled:
+            gc.freeze()
             gc.enable()
 
 METADATA_PARTITION = -1  # the topic registry's own log partition
@@ -379,9 +384,9 @@ class CoordinatorNode:
         core = GroupCoordinator(self.core_config, _member_id)
         # one snapshot per load, so a compaction meanwhile cannot hide a tombstone from it;
         # each holds a connection, hence the bound on concurrent loads
-        async with self._load_slots:
-            n, records = await self.log.read_latest(p.id)
         with _GcPause():
+            async with self._load_slots:
+                n, records = await self.log.read_latest(p.id)
             clock = time.perf_counter
             resume = clock() + REPLAY_SLICE_S
             for i, record in enumerate(records):
@@ -389,18 +394,18 @@ class CoordinatorNode:
                 if i & 63 == 0 and clock() > resume:
                     await asyncio.sleep(0)  # let leases, requests and other loads progress
                     resume = clock() + REPLAY_SLICE_S
-        if self.partitions.get(p.id) is not p:
-            return  # lost while loading
-        p.core = core
-        p.records_loaded = n
-        p.state = PartitionState.ACTIVE
-        p.load_ms = (time.perf_counter() - started) * 1000
-        self.metrics.load_seconds.observe(p.load_ms / 1000)
-        log.info(
-            "partition %d loaded: %d records, %d groups in %.0f ms",
-            p.id, n, len(core.groups), p.load_ms,
-        )
-        self._apply(p, core.on_loaded(now_ms()))
+            if self.partitions.get(p.id) is not p:
+                return  # lost while loading
+            p.core = core
+            p.records_loaded = n
+            p.state = PartitionState.ACTIVE
+            p.load_ms = (time.perf_counter() - started) * 1000
+            self.metrics.load_seconds.observe(p.load_ms / 1000)
+            log.info(
+                "partition %d loaded: %d records, %d groups in %.0f ms",
+                p.id, n, len(core.groups), p.load_ms,
+            )
+            self._apply(p, core.on_loaded(now_ms()))
 
     def _drop(self, p: Partition, why: str) -> None:
         """Stop serving `p` now: parked requests get NOT_COORDINATOR (spec §7 unloading)."""
