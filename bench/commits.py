@@ -668,7 +668,7 @@ def run(opts: BenchOptions) -> Figure:
     ]
     return Figure(
         key="commits",
-        title="Durable offset commits/s",
+        title="3. Durable offset commits/s",
         goal="≥ 25% of the raw 100-row-batch append floor (rows/s) on each backend",
         columns=[
             "backend", "commits/s", "floor rows/s", "ratio", "node CPU", "load-gen CPU",

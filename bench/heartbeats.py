@@ -647,9 +647,9 @@ def run(opts: BenchOptions) -> Figure:
         notes.append(f"a load generator was {late:.2f} s late at the start barrier")
     return Figure(
         key="heartbeats",
-        title="Heartbeats/s, 1000 members over 100 connections"
+        title="1. Heartbeats/s, 1000 members over 100 connections"
         if not opts.smoke
-        else f"Heartbeats/s, {members} members over {groups} connections (smoke)",
+        else f"1. Heartbeats/s, {members} members over {groups} connections (smoke)",
         goal="≥ 40% of an asyncio/uvloop echo server's rate with the same frame sizes, "
         "connections, in-flight count and event loop",
         columns=columns,

@@ -540,7 +540,7 @@ def run(opts: BenchOptions) -> Figure:
     )
     return Figure(
         key=KEY,
-        title="Memory: RSS per member",
+        title="5. Memory: RSS per member",
         goal="≤ 1 KiB per member plus its metadata bytes (100k members in 10k groups)",
         columns=["measure", "total", "per member", "vs floor"],
         rows=rows,

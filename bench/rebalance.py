@@ -647,7 +647,7 @@ def run(opts: BenchOptions) -> Figure:
     )
     return Figure(
         key="rebalance",
-        title="Rebalance latency vs 2 round trips + 1 durable commit",
+        title="2. Rebalance latency vs 2 round trips + 1 durable commit",
         goal="rebalance of a Stable group (last JoinGroup sent → last SyncGroup answered) "
         "≤ 3x the floor at 1000 members",
         columns=[

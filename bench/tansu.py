@@ -533,7 +533,7 @@ def _figure(
         notes.append("Smoke run: Tansu vs our default node only, 3 consumers, 1 rep.")
     return Figure(
         key="tansu",
-        title="Against a peer: Tansu, same confluent-kafka workload",
+        title="6. Against a peer: Tansu, same confluent-kafka workload",
         goal="Against Tansu with the same confluent-kafka workload: time for 10 and 100 "
         "consumers to form a group, and commit round trips/s; report the ratio.",
         columns=columns,
