@@ -36,7 +36,6 @@ import contextlib
 import heapq
 import json
 import os
-import platform
 import random
 import shutil
 import sqlite3
@@ -70,6 +69,7 @@ from app.group.records import (  # noqa: E402
     offset_record,
     partition_for,
 )
+from bench.report import code_version, machine_info  # noqa: E402
 from storage.log import AppendBatch, EventLog  # noqa: E402
 from tests.integration.harness import CoordinatorProcess  # noqa: E402
 
@@ -824,50 +824,9 @@ def failover_table(results: list[FailoverResult]) -> str:
     return "\n".join(lines)
 
 
-def code_version() -> str:
-    """HEAD and whether the code the nodes run (app/, storage/, api/) differs from it."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "app", "storage", "api"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return f"{ROOT} is not a git checkout"
-    n = len(dirty.splitlines())
-    return f"{head}" + (f" + {n} uncommitted file(s) in app/ storage/ api/" if n else " (clean)")
-
-
 def machine() -> str:
-    pg = "?"
-    with contextlib.suppress(Exception):
-
-        async def v() -> str:
-            c = await asyncpg.connect(PG_ADMIN_DSN)
-            try:
-                return str(await c.fetchval("SHOW server_version"))
-            finally:
-                await c.close()
-
-        pg = asyncio.run(v())
-    cpu = platform.processor() or "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (
-        f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}, PostgreSQL {pg}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    return ", ".join(f"{k} {v}" for k, v in machine_info(PG_ADMIN_DSN) if k != "code") + (
+        f", {time.strftime('%Y-%m-%d %H:%M %Z')}"
     )
 
 

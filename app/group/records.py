@@ -72,8 +72,8 @@ class _Writer:
 
 
 class _Reader:
-    """Sequential decoder. Loading decodes every live record, so the string and bytes readers
-    are written out flat (one struct call, one slice) rather than layered on i32()."""
+    """Sequential decoder. Loading decodes every live record: strings and byte strings cost
+    one struct call and one slice each (`_slice`), not a chain of i32() calls."""
 
     __slots__ = ("buf", "pos")
 
@@ -96,7 +96,8 @@ class _Reader:
         self.pos += 8
         return int(v)
 
-    def bytes_(self) -> bytes | None:
+    def _slice(self) -> bytes | None:
+        """A length-prefixed run of bytes (None for length -1), in one struct call."""
         buf, start = self.buf, self.pos + 4
         (n,) = _I32.unpack_from(buf, self.pos)
         if n < 0:
@@ -106,19 +107,15 @@ class _Reader:
         if end > len(buf):
             raise ValueError("truncated record")
         self.pos = end
-        return bytes(buf[start:end])
+        return buf[start:end]
+
+    def bytes_(self) -> bytes | None:
+        b = self._slice()
+        return None if b is None else bytes(b)
 
     def str_(self) -> str | None:
-        buf, start = self.buf, self.pos + 4
-        (n,) = _I32.unpack_from(buf, self.pos)
-        if n < 0:
-            self.pos = start
-            return None
-        end = start + n
-        if end > len(buf):
-            raise ValueError("truncated record")
-        self.pos = end
-        return buf[start:end].decode()
+        b = self._slice()
+        return None if b is None else b.decode()
 
     def req_bytes(self) -> bytes:
         b = self.bytes_()
