@@ -28,7 +28,7 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (about 20-30 min)
+# every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~8-10 min here)
 bench: install
 	$(PY) -m bench
 
