@@ -4,7 +4,6 @@ server ends its idle transaction and lock waits are bounded (found by the chaos 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,21 +13,18 @@ import pytest
 from app.group.records import OffsetValue, offset_record
 from storage.log import AppendBatch, EventLog
 from storage.migrate import upgrade_async
-
-ADMIN_DSN = os.environ.get("COORD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+from tests.postgres import PG_ADMIN_DSN, postgres_unreachable
 
 
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
     name = f"frozen_{uuid.uuid4().hex[:10]}"
     try:
-        admin = await asyncpg.connect(ADMIN_DSN, timeout=5)
+        admin = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
     except (OSError, asyncpg.PostgresError) as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL is required in CI: {e}")
-        pytest.skip(f"PostgreSQL unreachable: {e}")
+        postgres_unreachable(f"{type(e).__name__}: {e}")
     await admin.execute(f'CREATE DATABASE "{name}"')
-    base = ADMIN_DSN.rsplit("/", 1)[0]
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0]
     url = f"{base}/{name}".replace("postgresql://", "postgresql+asyncpg://")
     await upgrade_async(url)
     try:

@@ -4,7 +4,6 @@ per test module (tables truncated between tests)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -13,9 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage.migrate import upgrade
-
-# Admin DSN of the shared server (python-svc machines: trust auth, database `test`).
-PG_ADMIN_DSN = os.environ.get("COORD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+from tests.postgres import PG_ADMIN_DSN, postgres_unreachable
 
 
 def sqlite_url(path: Path) -> str:
@@ -36,12 +33,6 @@ def sqlite_db(tmp_path: Path, sqlite_template: Path) -> str:
     path.parent.mkdir()
     shutil.copyfile(sqlite_template, path)
     return sqlite_url(path)
-
-
-def _pg_unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"PostgreSQL is required in CI but unreachable: {reason}", pytrace=False)
-    pytest.skip(f"PostgreSQL unreachable at {PG_ADMIN_DSN} ({reason}); set CI=true to fail instead")
 
 
 async def _pg_admin(sql: str) -> None:
@@ -71,7 +62,7 @@ def pg_database() -> Iterator[str]:
     try:
         asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
     except Exception as e:  # refused, timed out, asyncpg's own (auth, missing database, ...)
-        _pg_unavailable(f"{type(e).__name__}: {e}")
+        postgres_unreachable(f"{type(e).__name__}: {e}")
     try:
         url = pg_url(name)
         upgrade(url)
