@@ -25,7 +25,7 @@ import asyncio
 import functools
 import sqlite3
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -141,6 +141,19 @@ def _now_ms() -> int:
 
 
 T = TypeVar("T")
+
+
+def _sqlite_leases(
+    conn: sqlite3.Connection, partitions: Iterable[int]
+) -> dict[int, tuple[int | None, int]]:
+    """partition -> (owner, epoch) of the lease rows, inside a SqliteThread transaction."""
+    parts = sorted(partitions)
+    rows = conn.execute(
+        'SELECT "partition", owner_node_id, epoch FROM partition_leases '
+        f'WHERE "partition" IN ({",".join("?" * len(parts))})',
+        parts,
+    )
+    return {p: (owner, epoch) for p, owner, epoch in rows}
 
 
 class SqliteThread:
@@ -399,17 +412,7 @@ class EventLog:
         if self._sqlite_writer is not None:
 
             def transaction(conn: sqlite3.Connection) -> list[int]:
-                parts = sorted({p for p, _, _ in claims})
-                marks = ",".join("?" * len(parts))
-                leases = {
-                    p: (owner, epoch)
-                    for p, owner, epoch in conn.execute(
-                        'SELECT "partition", owner_node_id, epoch FROM partition_leases '
-                        f'WHERE "partition" IN ({marks})',
-                        parts,
-                    )
-                }
-                self._check_fence(claims, leases)
+                self._check_fence(claims, _sqlite_leases(conn, {p for p, _, _ in claims}))
                 for p in missing:  # a primary-key lookup each
                     (m,) = conn.execute(
                         'SELECT max("offset") FROM log_records WHERE "partition" = ?', (p,)
@@ -773,14 +776,9 @@ class EventLog:
         if self._sqlite_writer is not None:  # the lease round's hot write: one hop
 
             def transaction(conn: sqlite3.Connection) -> list[int]:
-                parts = sorted(partitions_with_epochs)
-                rows = conn.execute(
-                    'SELECT "partition", owner_node_id, epoch FROM partition_leases WHERE '
-                    f'"partition" IN ({",".join("?" * len(parts))})',
-                    parts,
-                ).fetchall()
+                leases = _sqlite_leases(conn, partitions_with_epochs)
                 mine = sorted(
-                    p for p, owner, epoch in rows
+                    p for p, (owner, epoch) in leases.items()
                     if owner == node_id and epoch == partitions_with_epochs[p]
                 )  # fmt: skip
                 if mine:

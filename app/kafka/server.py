@@ -167,33 +167,39 @@ class KafkaConnection(asyncio.Protocol):
             closed=self._closed,
         )
         api = entry.api
-        if not api.is_async:
-            try:
-                result = api.handler(ctx, body)
-            except Exception:
-                log.exception("%s v%d from %s failed", api.name, version, self._peer)
-                result = self._error_result(entry, ctx, body)
-            self._emit_result(entry, ctx, body, correlation_id, result)
-            return
-        handler = cast("AsyncHandler", api.handler)  # string: no per-request typing cost
-        coro = handler(ctx, body)
-        # Run the handler now, up to its first suspension: most requests (a Heartbeat, a
-        # lookup, an answer from memory) never suspend and then need no Task at all.
         try:
-            step = coro.send(None)
-        except StopIteration as done:
-            self._emit_result(entry, ctx, body, correlation_id, done.value)
-            return
+            if not api.is_async:
+                result = api.handler(ctx, body)
+            else:
+                # Run the handler now, up to its first suspension: most requests (a Heartbeat,
+                # a lookup, an answer from memory) never suspend and then need no Task at all.
+                coro = cast("AsyncHandler", api.handler)(ctx, body)  # string: no typing cost
+                try:
+                    step = coro.send(None)
+                except StopIteration as done:
+                    result = done.value
+                else:
+                    self._park(coro, step, entry, ctx, body, correlation_id)
+                    return
         except Exception:
             log.exception("%s v%d from %s failed", api.name, version, self._peer)
-            self._emit_result(
-                entry, ctx, body, correlation_id, self._error_result(entry, ctx, body)
-            )
-            return
+            result = self._error_result(entry, ctx, body)
+        self._emit_result(entry, ctx, body, correlation_id, result)
+
+    def _park(
+        self,
+        coro: Coroutine[Any, Any, HandlerResult],
+        step: Any,
+        entry: ApiVersionEntry,
+        ctx: RequestContext,
+        body: Any,
+        correlation_id: int,
+    ) -> None:
+        """A handler that must wait: its reply keeps its place in the output order."""
         slot = _Slot()
         self._slots.append(slot)
         assert self._loop is not None
-        task = self._loop.create_task(_resume(coro, step), name=api.name)
+        task = self._loop.create_task(_resume(coro, step), name=entry.api.name)
         task.add_done_callback(
             functools.partial(self._on_done, slot, entry, ctx, body, correlation_id)
         )
