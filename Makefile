@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck migrate bench clean
+.PHONY: install deps run test lint typecheck migrate bench clean
 
 install: $(STAMP)
 
@@ -11,6 +11,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+# what the suite needs beyond .venv (PostgreSQL's server binaries; see scripts/deps.sh)
+deps:
+	bash scripts/deps.sh
 
 # a topic to point consumers at right away; COORD_TOPICS=... make run overrides it
 run: export COORD_TOPICS ?= demo:6
@@ -25,11 +29,11 @@ lint: install
 	$(VENV)/bin/ruff check app storage api pipeline bench tests
 	$(VENV)/bin/mypy
 
-test: install lint
+test: install deps lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~8-10 min here)
-bench: install
+bench: install deps
 	$(PY) -m bench
 
 clean:

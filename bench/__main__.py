@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from bench.report import PG_DSN, ROOT, BenchOptions, Figure, document, machine_info
+from tests.support.postgres import PrivatePostgres
 
 # key -> module with `run(opts) -> Figure | list[Figure]`, in report order
 FIGURES = {
@@ -33,16 +34,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: proves the figures work")
     ap.add_argument("--only", nargs="+", choices=list(FIGURES), help="run only these figures")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
-    ap.add_argument("--pg", default=PG_DSN, help="PostgreSQL admin DSN")
+    ap.add_argument(
+        "--pg",
+        default=PG_DSN,
+        help="PostgreSQL admin DSN (default $COORD_BENCH_PG; unset: a private cluster, fsync on)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = ap.parse_args(argv)
 
     started = time.time()
     workdir = Path(tempfile.mkdtemp(prefix="coord-bench-"))
-    opts = BenchOptions(smoke=args.smoke, workdir=workdir, pg_dsn=args.pg)
+    private_pg = None
     figures: list[Figure] = []
     failed: list[str] = []
     try:
+        if not args.pg:
+            private_pg = PrivatePostgres(prefix="coord-bench-pg-", fsync=True)
+            private_pg.start()
+            args.pg = private_pg.dsn()
+        opts = BenchOptions(smoke=args.smoke, workdir=workdir, pg_dsn=args.pg)
         for key in args.only or list(FIGURES):
             t0 = time.time()
             print(f"[bench] {key} ...", file=sys.stderr, flush=True)
@@ -57,13 +67,15 @@ def main(argv: list[str] | None = None) -> int:
                 f.seconds = (time.time() - t0) / len(batch)
                 print(f"[bench] {f.title}: {f.verdict}", file=sys.stderr, flush=True)
             figures.extend(batch)
+        command = "make bench" if not args.smoke else "python -m bench --smoke"
+        if args.only:
+            command += " --only " + " ".join(args.only)
+        args.out.write_text(document(figures, command, started, machine_info(args.pg)))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    command = "make bench" if not args.smoke else "python -m bench --smoke"
-    if args.only:
-        command += " --only " + " ".join(args.only)
-    args.out.write_text(document(figures, command, started, machine_info(args.pg)))
+        if private_pg is not None:
+            private_pg.cleanup()
     print(f"[bench] wrote {args.out}", file=sys.stderr)
     if failed:
         print(f"[bench] FAILED figures: {', '.join(failed)}", file=sys.stderr)

@@ -72,11 +72,10 @@ from app.group.records import (  # noqa: E402
 from bench.report import code_version, machine_info  # noqa: E402
 from storage.log import AppendBatch, EventLog  # noqa: E402
 from tests.integration.harness import CoordinatorProcess  # noqa: E402
+from tests.support.postgres import PrivatePostgres  # noqa: E402
 
 FAKE_NODE = 9999  # the writer of the pre-populated log (never a live node id)
-PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_DB = f"bench_failover_{os.getpid()}"  # per run: a node orphaned by a killed run cannot join
-PG_URL = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{PG_DB}"
 POLL_S = 0.020
 NODE_LOG_LEVEL = "WARNING"
 # the floor reads what a load needs (EventLog.read_latest): four columns, in log order
@@ -268,8 +267,14 @@ async def populate(url: str, log_: dict[int, list[Record]], partitions: int) -> 
 # ==== databases ================================================================================
 
 
-async def pg_recreate() -> None:
-    conn = await asyncpg.connect(PG_ADMIN_DSN)
+def pg_url(admin_dsn: str) -> str:
+    """The SQLAlchemy URL of this run's database on the server of `admin_dsn`."""
+    base = admin_dsn.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
+    return f"{base}/{PG_DB}"
+
+
+async def pg_recreate(admin_dsn: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
     try:
         await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
         await conn.execute(f"CREATE DATABASE {PG_DB}")
@@ -277,8 +282,8 @@ async def pg_recreate() -> None:
         await conn.close()
 
 
-async def pg_drop() -> None:
-    conn = await asyncpg.connect(PG_ADMIN_DSN)
+async def pg_drop(admin_dsn: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
     try:
         await conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
     finally:
@@ -289,12 +294,13 @@ async def pg_drop() -> None:
 class Backend:
     name: str  # "sqlite" | "postgresql"
     workdir: Path
+    pg_admin_dsn: str = ""  # the PostgreSQL server's admin DSN (postgresql backend only)
 
     def fresh(self, tag: str) -> str:
         """A new empty database; returns its SQLAlchemy URL."""
         if self.name == "postgresql":
-            asyncio.run(pg_recreate())
-            return PG_URL
+            asyncio.run(pg_recreate(self.pg_admin_dsn))
+            return pg_url(self.pg_admin_dsn)
         path = self.workdir / f"{tag}.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -824,8 +830,8 @@ def failover_table(results: list[FailoverResult]) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    return ", ".join(f"{k} {v}" for k, v in machine_info(PG_ADMIN_DSN) if k != "code") + (
+def machine(pg_admin_dsn: str) -> str:
+    return ", ".join(f"{k} {v}" for k, v in machine_info(pg_admin_dsn) if k != "code") + (
         f", {time.strftime('%Y-%m-%d %H:%M %Z')}"
     )
 
@@ -851,6 +857,11 @@ def main() -> int:
         help="seconds a cluster may take to settle (or a failover to finish)",
     )
     ap.add_argument("--backends", default="sqlite,postgresql")
+    ap.add_argument(
+        "--pg",
+        default=os.environ.get("COORD_BENCH_PG", ""),
+        help="PostgreSQL admin DSN (default $COORD_BENCH_PG; unset: a private cluster, fsync on)",
+    )
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--skip-failover", action="store_true")
     ap.add_argument(
@@ -881,10 +892,16 @@ def main() -> int:
     started = time.perf_counter()
     load_results: list[LoadResult] = []
     fo_results: list[FailoverResult] = []
-    info = machine()
     version = code_version()
     load_before = os.getloadavg()
+    private_pg = None
+    pg_admin = args.pg
     try:
+        if not pg_admin and "postgresql" in backends:
+            private_pg = PrivatePostgres(prefix="bench-failover-pg-", fsync=True)
+            private_pg.start()
+            pg_admin = private_pg.dsn()
+        info = machine(pg_admin)
         if not args.skip_load:
             for size in sizes:
                 t = time.perf_counter()
@@ -893,7 +910,7 @@ def main() -> int:
                 for name in backends:
                     log(f"load: {name}, {size} records (generated in {gen_s:.1f}s)")
                     r = measure_load(
-                        Backend(name, work), size, data, P,
+                        Backend(name, work, pg_admin), size, data, P,
                         breakdown=size == breakdown_size,
                         py_spy=args.py_spy if size == max(sizes) else None,
                     )  # fmt: skip
@@ -917,7 +934,7 @@ def main() -> int:
             for name, n_nodes, ttl in setups:
                 log(f"failover: {name}, {n_nodes} nodes, TTL {ttl} ms, {fo_records} records")
                 f = measure_failover(
-                    Backend(name, work),
+                    Backend(name, work, pg_admin),
                     n_nodes,
                     ttl,
                     data,
@@ -929,9 +946,11 @@ def main() -> int:
                 filled[name] = f.url
                 fo_results.append(f)
     finally:
-        if "postgresql" in backends:
+        if "postgresql" in backends and pg_admin:
             with contextlib.suppress(Exception):
-                asyncio.run(pg_drop())
+                asyncio.run(pg_drop(pg_admin))
+        if private_pg is not None:
+            private_pg.cleanup()
         if args.keep:
             log(f"work directory kept: {work}")
         else:

@@ -79,7 +79,12 @@ def _load_figure(opts: BenchOptions) -> Figure:
         fo.log(f"load: {name}, {size} records")
         results.append(
             fo.measure_load(
-                fo.Backend(name, opts.workdir), size, data, PARTITIONS, breakdown=False, py_spy=None
+                fo.Backend(name, opts.workdir, opts.pg_dsn),
+                size,
+                data,
+                PARTITIONS,
+                breakdown=False,
+                py_spy=None,
             )
         )
     rows = []
@@ -143,7 +148,7 @@ def _failover_figure(opts: BenchOptions) -> Figure:
     for name, n_nodes, ttl in setups:
         fo.log(f"failover: {name}, {n_nodes} nodes, TTL {ttl} ms, {n_groups} groups")
         r = fo.measure_failover(
-            fo.Backend(name, opts.workdir),
+            fo.Backend(name, opts.workdir, opts.pg_dsn),
             n_nodes,
             ttl,
             data,
@@ -217,4 +222,4 @@ def run(opts: BenchOptions) -> list[Figure]:
         return [_load_figure(opts), _failover_figure(opts)]
     finally:
         with contextlib.suppress(Exception):
-            asyncio.run(fo.pg_drop())
+            asyncio.run(fo.pg_drop(opts.pg_dsn))

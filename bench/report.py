@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PG_DSN = os.environ.get("COORD_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+# an admin DSN of a server to use; unset, `python -m bench` starts a private cluster of its own
+PG_DSN = os.environ.get("COORD_BENCH_PG", "")
 
 
 @dataclass

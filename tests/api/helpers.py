@@ -24,8 +24,8 @@ from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
 from tests.kafka_client import KafkaTestClient
-from tests.ports import free_port
 from tests.runtime.node_fixture import RunningNode, running_node, sqlite_url
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBER_ID_REQUIRED = 79

@@ -16,10 +16,10 @@ from bench.__main__ import FIGURES
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_figure_runs_and_reports_a_ratio(tmp_path: Path) -> None:
+def test_every_figure_runs_and_reports_a_ratio(tmp_path: Path, pg_admin_dsn: str) -> None:
     out = tmp_path / "BENCHMARKS.md"
     run = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--pg", pg_admin_dsn],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -29,10 +29,10 @@ from kio.serial import entity_reader
 
 from app.group.records import partition_for
 from tests.chaos import checks
-from tests.chaos.pg import PrivatePostgres
 from tests.chaos.procs import ROOT, Consumer, Node
 from tests.chaos.workload import Workload, fetch_committed, probe_service
 from tests.kafka_client import KafkaTestClient, encode_request
+from tests.support.postgres import PrivatePostgres
 
 STATIC_GROUP = "chaos-static"
 DYNAMIC_GROUP = "chaos-dynamic"

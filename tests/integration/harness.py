@@ -21,7 +21,7 @@ from typing import Any
 
 from app.group.consumer_protocol import decode_assignment
 from app.group.records import GroupMetadataValue, decode_group_key, decode_group_value
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

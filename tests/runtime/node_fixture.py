@@ -15,7 +15,7 @@ from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
 from tests.kafka_client import KafkaTestClient
-from tests.ports import free_port
+from tests.support.ports import free_port
 
 
 @dataclass

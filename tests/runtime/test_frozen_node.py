@@ -13,18 +13,14 @@ import pytest
 from app.group.records import OffsetValue, offset_record
 from storage.log import AppendBatch, EventLog
 from storage.migrate import upgrade_async
-from tests.postgres import PG_ADMIN_DSN, postgres_unreachable
 
 
 @pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
+async def pg_url(pg_admin_dsn: str) -> AsyncIterator[str]:
     name = f"frozen_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
-    except (OSError, asyncpg.PostgresError) as e:
-        postgres_unreachable(f"{type(e).__name__}: {e}")
+    admin = await asyncpg.connect(pg_admin_dsn, timeout=10)
     await admin.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_DSN.rsplit("/", 1)[0]
+    base = pg_admin_dsn.rsplit("/", 1)[0]
     url = f"{base}/{name}".replace("postgresql://", "postgresql+asyncpg://")
     await upgrade_async(url)
     try:

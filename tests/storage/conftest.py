@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from storage.migrate import upgrade
-from tests.postgres import PG_ADMIN_DSN, postgres_unreachable
 
 
 def sqlite_url(path: Path) -> str:
@@ -35,40 +34,37 @@ def sqlite_db(tmp_path: Path, sqlite_template: Path) -> str:
     return sqlite_url(path)
 
 
-async def _pg_admin(sql: str) -> None:
+async def _pg_admin(admin_dsn: str, sql: str) -> None:
     import asyncpg
 
-    conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=5)
+    conn = await asyncpg.connect(admin_dsn, timeout=10)
     try:
         await conn.execute(sql)
     finally:
         await conn.close()
 
 
-def pg_url(database: str) -> str:
+def pg_url(admin_dsn: str, database: str) -> str:
     from sqlalchemy import make_url
 
     return (
-        make_url(PG_ADMIN_DSN)
+        make_url(admin_dsn)
         .set(drivername="postgresql+asyncpg", database=database)
         .render_as_string(hide_password=False)
     )
 
 
 @pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
+def pg_database(pg_admin_dsn: str) -> Iterator[str]:
     """A fresh, migrated database for this module; dropped afterwards."""
     name = f"storage_test_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_admin(pg_admin_dsn, f'CREATE DATABASE "{name}"'))
     try:
-        asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    except Exception as e:  # refused, timed out, asyncpg's own (auth, missing database, ...)
-        postgres_unreachable(f"{type(e).__name__}: {e}")
-    try:
-        url = pg_url(name)
+        url = pg_url(pg_admin_dsn, name)
         upgrade(url)
         yield url
     finally:
-        asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(_pg_admin(pg_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def pg_truncate(url: str) -> None:

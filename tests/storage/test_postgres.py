@@ -1,5 +1,5 @@
-"""The storage suite on PostgreSQL: a fresh database for this module on the shared server,
-tables truncated between tests. Skips when the server is unreachable, unless CI=true."""
+"""The storage suite on PostgreSQL: a fresh database for this module on the test run's server
+(tests/conftest.py), tables truncated between tests."""
 
 from __future__ import annotations
 
@@ -19,5 +19,6 @@ class TestPostgresEventLog(EventLogSuite):
         return pg_database
 
     @pytest.fixture
-    def unreachable_url(self) -> str:
-        return make_url(pg_url("nowhere")).set(port=1).render_as_string(hide_password=False)
+    def unreachable_url(self, pg_admin_dsn: str) -> str:
+        url = make_url(pg_url(pg_admin_dsn, "nowhere")).set(port=1)
+        return url.render_as_string(hide_password=False)

@@ -1,10 +1,12 @@
-"""A private PostgreSQL cluster for one test: initdb into a temp dir, its own port on 127.0.0.1,
-trust auth, started, stopped and restarted with pg_ctl.
+"""A private PostgreSQL cluster: initdb into a temp dir, its own port on 127.0.0.1, trust auth,
+started, stopped and restarted with pg_ctl.
 
-initdb and pg_ctl refuse to run as root, so when the test runs as root they run as the
-`postgres` OS user through runuser (the data directory is handed to that user first). The
-shared server on 5432 is never touched. Missing binaries fail loudly: the chaos suite must not
-be skipped in CI.
+The test session starts one and shares it (tests/conftest.py), the chaos suite starts one per
+run so it can restart it, and `python -m bench` starts one when no server is named. initdb and
+pg_ctl refuse to run as root, so when we are root they run as the `postgres` OS user through
+runuser (the data directory is handed to that user first). A server already on the machine is
+never touched. Missing binaries fail loudly (`make deps` installs them): nothing that needs
+PostgreSQL is ever skipped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.ports import free_port as _free_port
+from tests.support.ports import free_port as _free_port
 
 PG_USER = "postgres"  # OS user that runs the server when we are root; also the DB superuser
 
@@ -39,15 +41,21 @@ def find_pg_bin() -> Path:
             return Path(c)
     raise RuntimeError(
         "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in "
-        f"{candidates or '/usr/lib/postgresql/*/bin'}: install the postgresql package or set "
-        "PG_BIN; the chaos suite needs its own PostgreSQL cluster"
+        f"{candidates or '/usr/lib/postgresql/*/bin'}: run `make deps` (installs Debian's "
+        "postgresql package), set PG_BIN, or point COORD_TEST_PG_DSN at a running server"
     )
 
 
 class PrivatePostgres:
     """`start()`, `stop(mode)`, `restart(mode)`, `url(db)`; `cleanup()` stops it for good."""
 
-    def __init__(self, base: Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        base: Path | None = None,
+        port: int | None = None,
+        prefix: str = "coord-pg-",
+        fsync: bool = False,
+    ) -> None:
         self.bin = find_pg_bin()
         self.as_root = os.geteuid() == 0
         if self.as_root:
@@ -61,12 +69,13 @@ class PrivatePostgres:
                 raise RuntimeError("running as root but `runuser` is missing")
         # not under pytest's tmp_path: its parents are root-only (0700) and postgres must reach it
         self.owns_base = base is None
-        self.base = Path(tempfile.mkdtemp(prefix="chaos-pg-")) if base is None else base
+        self.base = Path(tempfile.mkdtemp(prefix=prefix)) if base is None else base
         self.datadir = self.base / "pgdata"
         self.sockdir = self.base / "pgsock"
         self.logfile = self.base / "postgres.log"
         self.port = port or _free_port()
         self.superuser = PG_USER if self.as_root else pwd.getpwuid(os.geteuid()).pw_name
+        self.fsync = fsync
         self.starts = 0
         self.restarts = 0
         self._initdb()
@@ -103,7 +112,7 @@ class PrivatePostgres:
         conf = self.datadir / "postgresql.conf"
         with open(conf, "a") as f:
             f.write(
-                "\n# chaos suite: private, disposable cluster\n"
+                "\n# private, disposable cluster of the test suite\n"
                 f"port = {self.port}\n"
                 "listen_addresses = '127.0.0.1'\n"
                 f"unix_socket_directories = '{self.sockdir}'\n"
@@ -111,8 +120,9 @@ class PrivatePostgres:
                 "shared_buffers = 32MB\n"
                 # fsync off loses nothing when only the server process dies (the WAL written
                 # at commit is in the OS cache); it keeps the machine's disk out of the timing
-                "fsync = off\n"
-                "full_page_writes = off\n"
+                # of tests. Benchmarks of durable commits keep it on.
+                f"fsync = {'on' if self.fsync else 'off'}\n"
+                f"full_page_writes = {'on' if self.fsync else 'off'}\n"
                 "logging_collector = off\n"
                 "log_min_messages = warning\n"
                 "log_connections = off\n"
@@ -207,3 +217,21 @@ class PrivatePostgres:
             return self.logfile.read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+
+def check_reachable(dsn: str) -> None:
+    """Raise RuntimeError naming `dsn` unless a PostgreSQL server answers there."""
+    import asyncio
+
+    import asyncpg
+
+    async def go() -> None:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        await conn.close()
+
+    try:
+        asyncio.run(go())
+    except Exception as e:  # refused, timed out, asyncpg's own (auth, missing database, ...)
+        raise RuntimeError(
+            f"PostgreSQL is required but unreachable at {dsn} ({type(e).__name__}: {e})"
+        ) from e
