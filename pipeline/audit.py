@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.group.records import RecordType
 from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
@@ -38,20 +39,9 @@ from pipeline.decode import (
     decode_registration_batches,
 )
 from pipeline.spark import log, progress
+from storage.columns import LOG_COLUMN_NAMES
 
-GROUP_METADATA, OFFSET_COMMIT, TOPIC, STATIC_REGISTRATION = 1, 2, 3, 4
 SOURCE_RESET = 1
-
-LOG_COLUMNS = [
-    "partition",
-    "offset",
-    "record_type",
-    "key",
-    "value",
-    "epoch",
-    "node_id",
-    "append_time_ms",
-]
 
 INVARIANTS: dict[str, str] = {
     "generation_never_decreases": "a group's generation never decreases in log order "
@@ -105,7 +95,7 @@ def read_log(spark: Any, input_dir: str) -> Any:
             if name == "log.parquet":
                 raise FileNotFoundError(f"{path}: not a `coordinator export` directory")
             continue
-        df = spark.read.parquet(path).select(*LOG_COLUMNS)
+        df = spark.read.parquet(path).select(*LOG_COLUMN_NAMES)
         frames.append(df.withColumn("in_history", F.lit(in_history)))
     recs = frames[0]
     for other in frames[1:]:
@@ -212,10 +202,12 @@ class Audit:
         from pyspark.sql import functions as F
 
         kind = (
-            F.when(F.col("record_type") == GROUP_METADATA, "group_metadata")
-            .when(F.col("record_type") == OFFSET_COMMIT, "offset_commit")
-            .when(F.col("record_type") == TOPIC, "topic")
-            .when(F.col("record_type") == STATIC_REGISTRATION, "static_registration")
+            F.when(F.col("record_type") == RecordType.GROUP_METADATA.value, "group_metadata")
+            .when(F.col("record_type") == RecordType.OFFSET_COMMIT.value, "offset_commit")
+            .when(F.col("record_type") == RecordType.TOPIC.value, "topic")
+            .when(
+                F.col("record_type") == RecordType.STATIC_REGISTRATION.value, "static_registration"
+            )
             .otherwise("unknown")
         )
         return (
@@ -238,7 +230,9 @@ class Audit:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        raw = recs.filter(F.col("record_type") == GROUP_METADATA).select(*INPUT_COLUMNS)
+        raw = recs.filter(F.col("record_type") == RecordType.GROUP_METADATA.value).select(
+            *INPUT_COLUMNS
+        )
         members = self.persist(raw.mapInArrow(decode_group_batches, _spark_schema(MEMBER_SCHEMA)))
         self._all_members = members
         member_cols = [f.name for f in MEMBER_SCHEMA if f.name not in _RECORD_COLUMNS]
@@ -486,7 +480,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         regs = (
-            recs.filter(F.col("record_type") == STATIC_REGISTRATION)
+            recs.filter(F.col("record_type") == RecordType.STATIC_REGISTRATION.value)
             .select(*INPUT_COLUMNS)
             .mapInArrow(decode_registration_batches, _spark_schema(REGISTRATION_SCHEMA))
         )
@@ -597,7 +591,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         off = (
-            recs.filter(F.col("record_type") == OFFSET_COMMIT)
+            recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value)
             .select(*INPUT_COLUMNS)
             .mapInArrow(decode_offset_batches, _spark_schema(OFFSET_SCHEMA))
             .withColumn("ok", F.col("key_ok") & F.col("value_ok"))
@@ -854,7 +848,7 @@ class Audit:
             "log_offset",
             F.concat(F.lit("static registration: "), "decode_error").alias("detail"),
         )
-        unknown = recs.filter(~F.col("record_type").isin(1, 2, 3, 4)).select(
+        unknown = recs.filter(~F.col("record_type").isin(*(t.value for t in RecordType))).select(
             F.lit("records_decode").alias("invariant"),
             F.lit(None).cast("string").alias("group_id"),
             F.lit(None).cast("int").alias("generation"),

@@ -52,26 +52,13 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.group.records import Record, TopicValue, partition_for, topic_record
+from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SESSION_MS = 10_000
 REBALANCE_MS = 15_000
 HEARTBEAT_MS = 3_000
 TOPIC_PARTITION = -1  # the topic registry's log partition
-
-LOG_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("record_type", pa.int16()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("epoch", pa.int32()),
-        ("node_id", pa.int32()),
-        ("append_time_ms", pa.int64()),
-    ]
-)
-HISTORY_SCHEMA = LOG_SCHEMA.append(pa.field("compacted_at_ms", pa.int64()))
 
 
 # ==== consumer protocol bytes ==================================================================

@@ -11,28 +11,21 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import Table, select
 
-from storage.log import EventLog
+from storage.columns import HISTORY_COLUMNS, LOG_COLUMNS, arrow_schema
 from storage.tables import log_history, log_records
 
-LOG_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("record_type", pa.int16()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("epoch", pa.int32()),
-        ("node_id", pa.int32()),
-        ("append_time_ms", pa.int64()),
-    ]
-)
-HISTORY_SCHEMA = LOG_SCHEMA.append(pa.field("compacted_at_ms", pa.int64()))
+if TYPE_CHECKING:  # the pipeline imports the schemas without the log's machinery
+    from storage.log import EventLog
+
+# the Parquet layout of both files (pipeline/ reads and writes the same)
+LOG_SCHEMA = arrow_schema(LOG_COLUMNS)
+HISTORY_SCHEMA = arrow_schema(HISTORY_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +40,12 @@ class ExportManifest:
 async def export(event_log: EventLog, out: Path, page_rows: int = 50_000) -> ExportManifest:
     out.mkdir(parents=True, exist_ok=True)
     async with event_log.snapshot() as conn:
-        log_rows, end_offsets = await _dump(conn, log_records, LOG_SCHEMA, out / "log.parquet",
-                                            page_rows)
-        history_rows, _ = await _dump(conn, log_history, HISTORY_SCHEMA,
-                                      out / "history.parquet", page_rows)
+        log_rows, end_offsets = await _dump(
+            conn, log_records, LOG_SCHEMA, out / "log.parquet", page_rows
+        )
+        history_rows, _ = await _dump(
+            conn, log_history, HISTORY_SCHEMA, out / "history.parquet", page_rows
+        )
     manifest = ExportManifest(
         exported_at_ms=time.time_ns() // 1_000_000,
         log_rows=log_rows,

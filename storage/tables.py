@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Column,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
-    SmallInteger,
     String,
     Table,
     Text,
 )
+
+from storage.columns import HISTORY_COLUMNS, LOG_COLUMNS, LogColumn
 
 # Deterministic constraint/index names, so Alembic can address them on every backend.
 NAMING_CONVENTION = {
@@ -28,38 +31,27 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-# One row per record. Offsets are dense per partition and assigned by the lease holder.
-log_records = Table(
+
+def _log_table(name: str, columns: Iterable[LogColumn], *extra: Any) -> Table:
+    return Table(
+        name,
+        metadata,
+        *(Column(c.name, c.sql, nullable=c.nullable, autoincrement=False) for c in columns),
+        PrimaryKeyConstraint("partition", "offset"),
+        *extra,
+    )
+
+
+# One row per record.
+log_records = _log_table(
     "log_records",
-    metadata,
-    Column("partition", Integer, nullable=False, autoincrement=False),
-    Column("offset", BigInteger, nullable=False, autoincrement=False),
-    Column("record_type", SmallInteger, nullable=False),
-    Column("key", LargeBinary, nullable=False),
-    Column("value", LargeBinary, nullable=True),  # NULL = tombstone
-    Column("epoch", Integer, nullable=False),  # lease epoch of the writer
-    Column("node_id", Integer, nullable=False),
-    Column("append_time_ms", BigInteger, nullable=False),
-    PrimaryKeyConstraint("partition", "offset"),
+    LOG_COLUMNS,
     Index(None, "partition", "key"),  # compaction: latest record per key
 )
 
 # Records the compactor removed from log_records (superseded values, expired tombstones), kept
 # for the audit pipeline when COORD_ARCHIVE_HISTORY is on.
-log_history = Table(
-    "log_history",
-    metadata,
-    Column("partition", Integer, nullable=False, autoincrement=False),
-    Column("offset", BigInteger, nullable=False, autoincrement=False),
-    Column("record_type", SmallInteger, nullable=False),
-    Column("key", LargeBinary, nullable=False),
-    Column("value", LargeBinary, nullable=True),
-    Column("epoch", Integer, nullable=False),
-    Column("node_id", Integer, nullable=False),
-    Column("append_time_ms", BigInteger, nullable=False),
-    Column("compacted_at_ms", BigInteger, nullable=False),
-    PrimaryKeyConstraint("partition", "offset"),
-)
+log_history = _log_table("log_history", HISTORY_COLUMNS)
 
 # The fence: only owner_node_id at `epoch` may append to `partition`.
 partition_leases = Table(
