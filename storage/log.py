@@ -30,56 +30,51 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import BigInteger, bindparam, func, insert, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.group.records import Record, RecordType
 from storage import errors
+from storage.columns import LOG_COLUMN_NAMES
 from storage.engine import create_engine, sqlite_file, write_engine
+from storage.envelope import (
+    AppendBatch,
+    Envelope,
+    LatestRecords,
+    StoredRecord,
+    TypeNames,
+    type_names,
+)
 from storage.errors import translate_errors
 from storage.migrate import upgrade_async
 from storage.tables import cluster_meta, log_history, log_records, nodes, partition_leases
 
+__all__ = [
+    "AppendBatch",
+    "CompactionStats",
+    "Envelope",
+    "EventLog",
+    "LatestRecords",
+    "LeaseRow",
+    "NodeRow",
+    "StoredRecord",
+]
+
 LOG_PARTITIONS = "log_partitions"
-
-_RECORD_TYPES = {t.value: t for t in RecordType}
-
-# Column order of the append executemany (checked against the compiled INSERT at open()).
-_APPEND_COLUMNS = (
-    "partition",
-    "offset",
-    "record_type",
-    "key",
-    "value",
-    "epoch",
-    "node_id",
-    "append_time_ms",
-)
 
 _Rows = Sequence[tuple[Any, ...]]  # result rows as plain tuples (typing only; Row is a tuple)
 
 
-def _stored(partition: int, rows: _Rows) -> list[StoredRecord]:
+def _stored(partition: int, rows: _Rows, types: TypeNames) -> list[StoredRecord]:
     new = tuple.__new__
-    types = _RECORD_TYPES
-    try:
-        # Both drivers return bytes for BLOB/bytea: no copies.
-        return [
-            new(StoredRecord, (partition, o, types[t], k, v, e, a, n))
-            for o, t, k, v, e, a, n in rows
-        ]
-    except KeyError as e:
-        raise errors.StorageError(
-            f"partition {partition}: unknown record type {e.args[0]} (written by a newer version?)"
-        ) from None
-
-
-class LatestRecords(NamedTuple):
-    scanned: int  # rows read
-    records: list[Record]  # the newest per key, in offset order
+    name = types.get
+    # Both drivers return bytes for BLOB/bytea: no copies.
+    return [
+        new(StoredRecord, (partition, o, name(t, t), k, v, e, a, n))
+        for o, t, k, v, e, a, n in rows
+    ]
 
 
 @dataclass(slots=True)
@@ -88,34 +83,6 @@ class CompactionStats:
     scanned: int = 0  # offsets covered
     removed: int = 0
     archived: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class AppendBatch:
-    """Records one writer appends to one partition, claiming the lease at `epoch`."""
-
-    partition: int
-    epoch: int
-    node_id: int
-    records: Sequence[Record]
-
-
-class StoredRecord(NamedTuple):
-    """A record as stored. A NamedTuple, not a dataclass: replay builds a million of these and
-    tuple construction is ~3x cheaper than a frozen dataclass's __init__."""
-
-    partition: int
-    offset: int
-    type: RecordType
-    key: bytes
-    value: bytes | None  # None = tombstone
-    epoch: int
-    append_time_ms: int
-    node_id: int
-
-    def record(self) -> Record:
-        """The record as the core wrote it (what replay() consumes)."""
-        return Record(self.type, self.key, self.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +201,10 @@ class EventLog:
         self,
         engine: AsyncEngine,
         sqlite_threads: tuple[SqliteThread, SqliteThread] | None = None,
+        record_types: Iterable[int] = (),
     ) -> None:
         self._engine = engine
+        self._types = type_names(record_types)
         # SQLite files only (None on PostgreSQL and for in-memory databases)
         self._sqlite_writer: SqliteThread | None = None
         self._sqlite_reader: SqliteThread | None = None
@@ -248,7 +217,7 @@ class EventLog:
         # exec_driver_sql skips SQLAlchemy's per-row parameter processing (measured ~3x on
         # aiosqlite, ~1.5x on asyncpg against conn.execute(insert(...), [dicts])).
         compiled = insert(log_records).compile(dialect=engine.dialect)
-        if tuple(compiled.positiontup or ()) != _APPEND_COLUMNS:
+        if tuple(compiled.positiontup or ()) != LOG_COLUMN_NAMES:
             raise RuntimeError(f"unexpected INSERT parameter order {compiled.positiontup}")
         self._append_sql = str(compiled)
         # partition -> (epoch the cache was filled under, next offset)
@@ -262,6 +231,7 @@ class EventLog:
         migrate: bool = False,
         busy_timeout_ms: int = 5000,
         lock_wait_ms: int | None = None,
+        record_types: Iterable[int] = (),
         **engine_kwargs: Any,
     ) -> EventLog:
         """Open the log at `url` (sqlite:///path or postgresql://...; async drivers are implied).
@@ -274,6 +244,9 @@ class EventLog:
         timeout, twice as long). A node frozen mid-transaction (SIGSTOP, a long stall) would
         otherwise hold lease-row locks and stall every other node's lease round, and with it
         the whole cluster, for as long as it is frozen.
+
+        `record_types` (e.g. an IntEnum class): reads return these members for their numbers
+        instead of plain ints.
         """
         if migrate:
             await upgrade_async(url)
@@ -295,13 +268,14 @@ class EventLog:
         # a file (not an in-memory database, which a second connection would not see)
         path = sqlite_file(engine.url) if engine.dialect.name == "sqlite" else None
         if path is None:
-            return cls(engine)
+            return cls(engine, record_types=record_types)
         return cls(
             engine,
             (
                 SqliteThread(path, busy_timeout_ms, write=True),
                 SqliteThread(path, busy_timeout_ms, write=False),
             ),
+            record_types,
         )
 
     async def close(self) -> None:
@@ -488,7 +462,7 @@ class EventLog:
                         rows = cast(_Rows, (await conn.execute(base.where(R.offset >= nxt))).all())
                     if not rows:
                         return
-                    batch = _stored(partition, rows)
+                    batch = _stored(partition, rows, self._types)
                     nxt = batch[-1].offset + 1
                     yield batch
                     if len(batch) < batch_size:
@@ -498,7 +472,7 @@ class EventLog:
                 rows = cast(_Rows, (await conn.execute(base.where(R.offset >= nxt))).all())
             if not rows:
                 return
-            batch = _stored(partition, rows)
+            batch = _stored(partition, rows, self._types)
             nxt = batch[-1].offset + 1
             yield batch
             if len(batch) < batch_size:
@@ -551,7 +525,7 @@ class EventLog:
                 return n
 
             scanned = await self._sqlite_reader.run(scan)
-            return LatestRecords(scanned, self._survivors(partition, latest))
+            return LatestRecords(scanned, self._survivors(latest))
         scanned = 0
         nxt = 0
         async with self.snapshot() as conn:
@@ -571,21 +545,13 @@ class EventLog:
                 nxt = rows[-1][0] + 1
                 if len(rows) < page_size:
                     break
-        return LatestRecords(scanned, self._survivors(partition, latest))
+        return LatestRecords(scanned, self._survivors(latest))
 
-    @staticmethod
-    def _survivors(
-        partition: int, latest: dict[int, dict[bytes, tuple[Any, ...]]]
-    ) -> list[Record]:
+    def _survivors(self, latest: dict[int, dict[bytes, tuple[Any, ...]]]) -> list[Envelope]:
         rows = sorted((r for by_key in latest.values() for r in by_key.values()),
                       key=lambda r: r[0])  # fmt: skip
-        try:
-            return [Record(_RECORD_TYPES[t], k, v) for _, t, k, v in rows]
-        except KeyError as e:
-            raise errors.StorageError(
-                f"partition {partition}: unknown record type {e.args[0]} "
-                "(written by a newer version?)"
-            ) from None
+        name = self._types.get
+        return [Envelope(name(t, t), k, v) for _, t, k, v in rows]
 
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[AsyncConnection]:

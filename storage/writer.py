@@ -22,9 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.group.records import Record
+from storage.envelope import AppendBatch, EnvelopeLike
 from storage.errors import FencedError, StorageError, WriterStopped
-from storage.log import AppendBatch
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class Appender(Protocol):
 class _Submission:
     partition: int
     epoch: int
-    records: Sequence[Record]
+    records: Sequence[EnvelopeLike]
     future: asyncio.Future[int]
 
 
@@ -89,7 +88,9 @@ class LogWriter:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="log-writer")
         await self._task
 
-    def submit(self, partition: int, epoch: int, records: Sequence[Record]) -> asyncio.Future[int]:
+    def submit(
+        self, partition: int, epoch: int, records: Sequence[EnvelopeLike]
+    ) -> asyncio.Future[int]:
         """Queue `records` for `partition`, claiming its lease at `epoch`. Never blocks.
 
         The future resolves to the offset of the last record once it is durable (for an empty

@@ -52,6 +52,7 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.group.records import (
+    Record,
     RecordType,
     TopicValue,
     decode_topic_key,
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 # A replay yields to the loop after this much CPU time: a load must not starve lease renewals
 # (nor delay a PostgreSQL transaction of the lease round past its idle timeout).
 REPLAY_SLICE_S = 0.005
+_RECORD_TYPES = {t.value: t for t in RecordType}  # the log stores a record type as its number
 
 
 class _GcPause:
@@ -389,8 +391,8 @@ class CoordinatorNode:
                 n, records = await self.log.read_latest(p.id)
             clock = time.perf_counter
             resume = clock() + REPLAY_SLICE_S
-            for i, record in enumerate(records):
-                core.replay(record)
+            for i, (t, key, value) in enumerate(records):
+                core.replay(Record(_RECORD_TYPES[t], key, value))  # unknown type: load fails
                 if i & 63 == 0 and clock() > resume:
                     await asyncio.sleep(0)  # let leases, requests and other loads progress
                     resume = clock() + REPLAY_SLICE_S
@@ -464,7 +466,7 @@ class CoordinatorNode:
             async for batch in batches:
                 for stored in batch:
                     self._topics_next_offset = stored.offset + 1
-                    if stored.type is not RecordType.TOPIC:
+                    if stored.type != RecordType.TOPIC:
                         continue
                     name = decode_topic_key(stored.key)
                     if stored.value is None:

@@ -76,14 +76,14 @@ class EventLogSuite:
 
     @pytest.fixture
     async def log(self, url: str) -> AsyncIterator[EventLog]:
-        log = await EventLog.open(url)
+        log = await EventLog.open(url, record_types=RecordType)
         yield log
         await log.close()
 
     @pytest.fixture
     async def log2(self, url: str) -> AsyncIterator[EventLog]:
         """A second, independent EventLog on the same database (another node)."""
-        log = await EventLog.open(url)
+        log = await EventLog.open(url, record_types=RecordType)
         yield log
         await log.close()
 
@@ -687,7 +687,7 @@ class EventLogSuite:
         @given(history=histories)
         def check(history: list[Record]) -> None:
             async def run() -> None:
-                log = await EventLog.open(url)
+                log = await EventLog.open(url, record_types=RecordType)
                 try:
                     p = next(partitions)
                     e = await self.lease(log, p)
