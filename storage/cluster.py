@@ -1,0 +1,115 @@
+"""The cluster's shared state beside the log: live nodes (heartbeats) and cluster_meta."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage import errors
+from storage.database import Database
+from storage.statements import Rows
+from storage.tables import cluster_meta, nodes
+
+LOG_PARTITIONS = "log_partitions"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node_id: int
+    kafka_host: str
+    kafka_port: int
+    admin_url: str | None
+    heartbeat_ms: int
+    started_ms: int
+
+
+class Cluster:
+    """EventLog's node and cluster-meta operations."""
+
+    _db: Database
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    async def register_node(
+        self,
+        node_id: int,
+        kafka_host: str,
+        kafka_port: int,
+        admin_url: str | None,
+        now_ms: int,
+    ) -> None:
+        """Insert or replace this node's row (started_ms = heartbeat_ms = now_ms)."""
+        values = {
+            "kafka_host": kafka_host,
+            "kafka_port": kafka_port,
+            "admin_url": admin_url,
+            "heartbeat_ms": now_ms,
+            "started_ms": now_ms,
+        }
+        stmt = self._db.insert(nodes).values(node_id=node_id, **values)
+        async with self._db.write() as conn:
+            await conn.execute(stmt.on_conflict_do_update(index_elements=["node_id"], set_=values))
+
+    async def heartbeat_node(self, node_id: int, now_ms: int) -> bool:
+        """Refresh the node's heartbeat; False if the node is not registered."""
+        async with self._db.write() as conn:
+            res = await conn.execute(
+                update(nodes).where(nodes.c.node_id == node_id).values(heartbeat_ms=now_ms)
+            )
+        return bool(res.rowcount)
+
+    async def deregister_node(self, node_id: int) -> None:
+        async with self._db.write() as conn:
+            await conn.execute(nodes.delete().where(nodes.c.node_id == node_id))
+
+    async def live_nodes(self, now_ms: int, ttl_ms: int) -> list[NodeRow]:
+        """Nodes whose last heartbeat is younger than ttl_ms, by node_id."""
+        N = nodes.c
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(
+                    N.node_id, N.kafka_host, N.kafka_port, N.admin_url, N.heartbeat_ms, N.started_ms
+                )
+                .where(N.heartbeat_ms > now_ms - ttl_ms)
+                .order_by(N.node_id)
+            )
+            return [NodeRow(*r) for r in cast(Rows, rows.all())]
+
+    # --- cluster meta ----------------------------------------------------------------------
+
+    async def ensure_log_partitions(self, n: int) -> int:
+        """Record the number of log partitions on first use; later calls must agree with it.
+
+        Raises ConfigMismatch when `n` differs from the stored value (changing it would move
+        groups between partitions, spec §6)."""
+        if n <= 0:
+            raise ValueError("log partitions must be positive")
+        async with self._db.write() as conn:
+            await conn.execute(
+                self._db.insert(cluster_meta)
+                .values(name=LOG_PARTITIONS, value=str(n))
+                .on_conflict_do_nothing(index_elements=["name"])
+            )
+            stored = await _log_partitions(conn)
+        if stored != n:
+            raise errors.ConfigMismatch(
+                f"{LOG_PARTITIONS}: the store was created with {stored}, configured {n}"
+            )
+        return n
+
+    async def log_partitions(self) -> int | None:
+        """The stored number of log partitions, or None before ensure_log_partitions()."""
+        async with self._db.read() as conn:
+            return await _log_partitions(conn)
+
+
+async def _log_partitions(conn: AsyncConnection) -> int | None:
+    v = (
+        await conn.execute(
+            select(cluster_meta.c.value).where(cluster_meta.c.name == LOG_PARTITIONS)
+        )
+    ).scalar()
+    return None if v is None else int(v)
