@@ -337,7 +337,7 @@ def raw_scan(url: str) -> tuple[int, float]:
 async def inprocess_breakdown(url: str, partitions: int) -> dict[str, float]:
     """One sequential load of every partition in this process, split as the node's load is:
     EventLog.read_latest (scan, newest record per key), then GroupCoordinator.replay of those."""
-    ev = await EventLog.open(url)
+    ev = await EventLog.open(url, record_types=RecordType)
     try:
         t0 = time.perf_counter()
         latest = [await ev.read_latest(p) for p in range(partitions)]

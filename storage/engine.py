@@ -8,6 +8,8 @@ fence check, making check+insert atomic across processes sharing the file.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,25 @@ def sqlite_file(url: URL) -> Path | None:
     return Path(db)
 
 
+def _set_wal(cur: Any, busy_timeout_ms: int) -> None:
+    """Switch to WAL, waiting out other processes that hold the file.
+
+    Changing the journal mode of a fresh file needs its exclusive lock, and SQLite answers
+    "database is locked" at once there rather than through the busy handler, so nodes started
+    together on a new file raced (seen in the suite): retry until the busy timeout."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    delay = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
 def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any) -> AsyncEngine:
     u = async_url(url)
     if not is_sqlite(u):
@@ -59,7 +80,7 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any)
         cur = dbapi_conn.cursor()
         try:
             cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cur.execute("PRAGMA journal_mode = WAL")
+            _set_wal(cur, busy_timeout_ms)
             cur.execute("PRAGMA synchronous = FULL")
         finally:
             cur.close()
