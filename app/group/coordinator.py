@@ -9,12 +9,11 @@ Timers live in `self.timers` (key -> deadline); the runtime wakes `poll_timers(n
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from enum import Enum
+from typing import Any
 
+from app.group.config import CoreConfig
 from app.group.messages import (
     AdminResult,
     DeleteGroupResult,
@@ -57,144 +56,34 @@ from app.group.records import (
     offset_record,
     registration_record,
 )
+from app.group.results import (
+    AdminDone,
+    AppendFailure,
+    Continuation,
+    LogOnly,
+    OffsetsDone,
+    Result,
+    StaticReplaceDone,
+    SyncDone,
+    TombstonesDone,
+    Write,
+    group_write_error,
+    offset_write_error,
+)
 from app.group.state import DurableStatic, Group, GroupState, Member
+from app.group.timers import (
+    RETENTION_KEY,
+    TimerKey,
+    TimerKind,
+    TimerQueue,
+    expansion_key,
+    heartbeat_key,
+    join_key,
+    pending_key,
+    sync_key,
+)
 
 log = logging.getLogger(__name__)
-
-Reply = (
-    AdminResult
-    | JoinGroupResponse
-    | SyncGroupResponse
-    | LeaveGroupResponse
-    | OffsetCommitResponse
-    | DeleteGroupResult
-)
-TimerKey = tuple[str, ...]
-
-NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000  # spec §0, hard-coded in Kafka
-
-
-@dataclass(frozen=True, slots=True)
-class CoreConfig:
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1_800_000
-    initial_rebalance_delay_ms: int = 3000
-    group_max_size: int = 2_147_483_647
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offsets_retention_check_interval_ms: int = 600_000
-    offset_metadata_max_bytes: int = 4096
-    new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
-
-
-class AppendFailure(Enum):
-    """Why an append failed, in storage terms; mapped to Kafka errors per spec §3.4 / §5.1."""
-
-    NOT_OWNER = "not_owner"  # fenced: another node holds the partition (NOT_LEADER_OR_FOLLOWER)
-    STORAGE = "storage"  # the database failed (KAFKA_STORAGE_ERROR)
-    TIMEOUT = "timeout"  # REQUEST_TIMED_OUT
-    TOO_LARGE = "too_large"  # MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE
-
-
-def group_write_error(f: AppendFailure) -> Error:
-    return {
-        AppendFailure.NOT_OWNER: Error.NOT_COORDINATOR,
-        AppendFailure.STORAGE: Error.NOT_COORDINATOR,
-        AppendFailure.TIMEOUT: Error.COORDINATOR_NOT_AVAILABLE,  # Java's mapping
-        AppendFailure.TOO_LARGE: Error.UNKNOWN_SERVER_ERROR,
-    }[f]
-
-
-def offset_write_error(f: AppendFailure) -> Error:
-    return {
-        AppendFailure.NOT_OWNER: Error.NOT_COORDINATOR,
-        AppendFailure.STORAGE: Error.NOT_COORDINATOR,
-        AppendFailure.TIMEOUT: Error.COORDINATOR_NOT_AVAILABLE,
-        AppendFailure.TOO_LARGE: Error.INVALID_COMMIT_OFFSET_SIZE,
-    }[f]
-
-
-# --- continuations: what to do once a write is durable (or failed) ---------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StaticReplaceDone:
-    group_id: str
-    handle: int
-    instance_id: str
-    old_member_id: str
-    new_member_id: str
-    # what the written record holds for the member (durable once the write succeeds)
-    protocols: tuple[tuple[str, bytes], ...]
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    leader_before: str | None
-    supports_skip_assignment: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SyncDone:
-    group_id: str
-    generation: int
-    assignments: dict[str, bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetsDone:
-    group_id: str
-    handle: int | None  # None: an admin/internal commit nobody waits on
-    results: tuple[PartitionResult, ...]  # errors decided before the write
-    written: tuple[tuple[str, int], ...]
-    records: tuple[Record, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TombstonesDone:
-    """DeleteGroups or retention expiry: replay the tombstones, then drop a dead group."""
-
-    group_id: str
-    handle: int | None
-    records: tuple[Record, ...]
-    kills_group: bool
-    # restored if the write fails: the group was never deleted (Empty timestamp drives §5.3)
-    state_timestamp_before: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogOnly:
-    what: str
-
-
-@dataclass(frozen=True, slots=True)
-class AdminDone:
-    """A registration change; on failure it is undone (`added` removed, `removed` restored)."""
-
-    group_id: str
-    handle: int
-    what: str
-    added: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-
-
-Continuation = StaticReplaceDone | SyncDone | OffsetsDone | TombstonesDone | LogOnly | AdminDone
-
-
-@dataclass(slots=True)
-class Write:
-    records: list[Record]
-    continuation: Continuation
-
-
-@dataclass(slots=True)
-class Result:
-    replies: list[tuple[int, Reply]] = field(default_factory=list)
-    writes: list[Write] = field(default_factory=list)
-
-    def reply(self, handle: int, response: Reply) -> None:
-        self.replies.append((handle, response))
-
-    def extend(self, other: Result) -> None:
-        self.replies.extend(other.replies)
-        self.writes.extend(other.writes)
 
 
 def _join_error(error: Error, member_id: str = "") -> JoinGroupResponse:
@@ -213,86 +102,33 @@ class GroupCoordinator:
         self._new_member_id = new_member_id
         self.groups: dict[str, Group] = {}
         self.rebalances: dict[str, int] = {}  # reason -> rebalances started
-        self.timers: dict[TimerKey, int] = {}
-        self._heap: list[tuple[int, TimerKey]] = []
+        self._queue = TimerQueue()
+        # the queue's own dict and heap (never rebound), for tests and benchmarks to inspect
+        self.timers = self._queue.deadlines
+        self._heap = self._queue.heap
+        self._schedule = self._queue.schedule
+        self._cancel = self._queue.cancel
 
     # ==== timers ===============================================================================
 
-    def _schedule(self, key: TimerKey, deadline: int) -> None:
-        # The heap holds at least one entry at or before each timer's deadline, not one per
-        # reschedule: a later deadline (every heartbeat's) pushes nothing; the old entry is
-        # moved to the current deadline when it surfaces. One entry per member instead of one
-        # per heartbeat within a session timeout (~15 at Kafka's defaults).
-        current = self.timers.get(key)
-        self.timers[key] = deadline
-        if current is None or deadline < current:
-            heapq.heappush(self._heap, (deadline, key))
-
-    def _schedule_all(self, timers: Iterable[tuple[TimerKey, int]]) -> None:
-        """Many timers at once (every session after a load): one heapify, not a push each."""
-        heap = self._heap
-        for key, deadline in timers:
-            current = self.timers.get(key)
-            self.timers[key] = deadline
-            if current is None or deadline < current:
-                heap.append((deadline, key))
-        heapq.heapify(heap)
-
-    def _cancel(self, key: TimerKey) -> None:
-        self.timers.pop(key, None)
-
-    def _surface(self) -> tuple[int, TimerKey] | None:
-        """The heap's first entry that is due at its own deadline; stale ones are dropped or
-        moved to their timer's current deadline on the way."""
-        heap = self._heap
-        while heap:
-            deadline, key = heap[0]
-            current = self.timers.get(key)
-            if current == deadline:
-                return deadline, key
-            if current is None:
-                heapq.heappop(heap)  # cancelled or fired
-            else:
-                heapq.heapreplace(heap, (current, key))  # rescheduled later
-        return None
-
     def next_deadline(self) -> int | None:
-        first = self._surface()
-        return None if first is None else first[0]
+        return self._queue.next_deadline()
 
     def poll_timers(self, now: int) -> Result:
         out = Result()
-        while (first := self._surface()) is not None and first[0] <= now:
-            key = heapq.heappop(self._heap)[1]
-            del self.timers[key]
-            self._fire(key, now, out)
+        for key in self._queue.pop_due(now):
+            kind = TimerKind(key[0])
+            if kind is TimerKind.RETENTION:
+                self._schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
+                self._expire_offsets(now, out)
+                continue
+            group = self.groups.get(key[1])
+            if group is not None:
+                _ON_TIMER[kind](self, group, key, now, out)
         return out
 
-    def _fire(self, key: TimerKey, now: int, out: Result) -> None:
-        kind = key[0]
-        if kind == "retention":
-            self._schedule(("retention",), now + self.config.offsets_retention_check_interval_ms)
-            self._expire_offsets(now, out)
-            return
-        group = self.groups.get(key[1])
-        if group is None:
-            return
-        if kind == "hb":
-            self._on_session_expired(group, key[2], now, out)
-        elif kind == "pending":
-            self._on_pending_member_expired(group, key[2], now, out)
-        elif kind == "join":
-            self._on_join_timer(group, now, out)
-        elif kind == "expansion":
-            self._on_expansion_expired(group, now, out)
-        elif kind == "sync":
-            self._on_pending_sync_expired(group, int(key[2]), now, out)
-
-    def _heartbeat_key(self, group: Group, member_id: str) -> TimerKey:
-        return ("hb", group.group_id, member_id)
-
     def _reschedule_session(self, group: Group, member: Member, now: int, timeout: int) -> None:
-        self._schedule(self._heartbeat_key(group, member.member_id), now + timeout)
+        self._schedule(heartbeat_key(group.group_id, member.member_id), now + timeout)
 
     # ==== JoinGroup (spec §2) ==================================================================
 
@@ -355,7 +191,7 @@ class GroupCoordinator:
         elif req.require_known_member_id:
             # spec §2.2 (KIP-394): hand out an id, change nothing else
             group.pending_members.add(member_id)
-            self._schedule(("pending", group.group_id, member_id), now + req.session_timeout_ms)
+            self._schedule(pending_key(group.group_id, member_id), now + req.session_timeout_ms)
             out.reply(handle, _join_error(Error.MEMBER_ID_REQUIRED, member_id))
         else:
             self._add_member_and_rebalance(handle, group, req, member_id, now, out)
@@ -387,7 +223,7 @@ class GroupCoordinator:
             old.awaiting_sync = None
         leader_before = group.leader_id
         saved = (old.protocols, old.rebalance_timeout_ms, old.session_timeout_ms)
-        self._cancel(self._heartbeat_key(group, old_id))
+        self._cancel(heartbeat_key(group.group_id, old_id))
         member = group.replace_static_member(instance_id, old_id, new_id)
         self._reschedule_session(group, member, now, req.session_timeout_ms)
         self._update_member(group, member, req, handle, out)
@@ -485,8 +321,7 @@ class GroupCoordinator:
         proto = group.protocol_name
         ordered = sorted(group.members.values(), key=lambda m: m.group_instance_id is None)
         return tuple(
-            JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(proto))
-            for m in ordered
+            JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(proto)) for m in ordered
         )
 
     def _validate_member(self, group: Group, member_id: str, instance_id: str | None) -> Error:
@@ -541,7 +376,7 @@ class GroupCoordinator:
             group.new_member_added = True
         group.add(member)
         group.pending_members.discard(member_id)
-        self._cancel(("pending", group.group_id, member_id))
+        self._cancel(pending_key(group.group_id, member_id))
         self._reschedule_session(group, member, now, self.config.new_member_join_timeout_ms)
         if group.can_rebalance():
             self._prepare_rebalance(group, now, out, "member joined")
@@ -557,7 +392,7 @@ class GroupCoordinator:
         self.rebalances[key] = self.rebalances.get(key, 0) + 1
         if group.is_(GroupState.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_error(group, Error.REBALANCE_IN_PROGRESS, out)
-        self._cancel(("sync", group.group_id, str(group.generation)))
+        self._cancel(sync_key(group.group_id, group.generation))
         group.pending_sync.clear()
         delay = self.config.initial_rebalance_delay_ms
         if group.is_(GroupState.EMPTY):
@@ -565,10 +400,10 @@ class GroupCoordinator:
             group.initial_window_ms = delay
             group.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
             group.new_member_added = False
-            self._schedule(("join", group.group_id), now + delay)
+            self._schedule(join_key(group.group_id), now + delay)
         else:
             group.join_timer_kind = "rebalance"
-            self._schedule(("join", group.group_id), now + group.rebalance_timeout_ms())
+            self._schedule(join_key(group.group_id), now + group.rebalance_timeout_ms())
         group.transition(GroupState.PREPARING_REBALANCE, now)
         self._try_complete_join(group, now, out)
 
@@ -579,10 +414,10 @@ class GroupCoordinator:
             and group.has_all_members_joined()
             and not group.expansion_holds_join(now)
         ):
-            self._cancel(("join", group.group_id))
+            self._cancel(join_key(group.group_id))
             self._complete_join(group, now, out)
 
-    def _on_join_timer(self, group: Group, now: int, out: Result) -> None:
+    def _on_join_timer(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
         if not group.is_(GroupState.PREPARING_REBALANCE):
             return
         if (
@@ -595,12 +430,12 @@ class GroupCoordinator:
             remaining = group.initial_remaining_ms - group.initial_window_ms
             group.initial_remaining_ms = max(remaining, 0)
             group.initial_window_ms = window
-            self._schedule(("join", group.group_id), now + window)
+            self._schedule(join_key(group.group_id), now + window)
             return
         if group.expansion_holds_join(now):
             # the rest of a registered scale-up is on its way: complete when it is in or late
             self._schedule(
-                ("join", group.group_id), group.expansion_started_ms + group.registration_timeout_ms
+                join_key(group.group_id), group.expansion_started_ms + group.registration_timeout_ms
             )
             return
         self._complete_join(group, now, out)
@@ -615,7 +450,7 @@ class GroupCoordinator:
         if not self._elect_joined_leader(group) and group.members:
             # only static members that have not rejoined: wait another rebalance timeout
             group.join_timer_kind = "rebalance"
-            self._schedule(("join", group.group_id), now + group.rebalance_timeout_ms())
+            self._schedule(join_key(group.group_id), now + group.rebalance_timeout_ms())
             return
         group.generation += 1
         if group.members:
@@ -639,7 +474,7 @@ class GroupCoordinator:
             member.is_new = False
             group.pending_sync.add(member.member_id)
         self._schedule(
-            ("sync", group.group_id, str(group.generation)), now + group.rebalance_timeout_ms()
+            sync_key(group.group_id, group.generation), now + group.rebalance_timeout_ms()
         )
 
     def _elect_joined_leader(self, group: Group) -> bool:
@@ -652,10 +487,8 @@ class GroupCoordinator:
                 return True
         return False
 
-    def _on_pending_sync_expired(
-        self, group: Group, generation: int, now: int, out: Result
-    ) -> None:
-        if generation != group.generation or group.state not in (
+    def _on_pending_sync_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
+        if int(key[2]) != group.generation or group.state not in (
             GroupState.COMPLETING_REBALANCE,
             GroupState.STABLE,
         ):
@@ -681,7 +514,7 @@ class GroupCoordinator:
         self, group: Group, member: Member, out: Result, answer_join: bool = True
     ) -> None:
         """Drop a member, answering whatever it has parked (spec §4.2, §4.3)."""
-        self._cancel(self._heartbeat_key(group, member.member_id))
+        self._cancel(heartbeat_key(group.group_id, member.member_id))
         if member.awaiting_join is not None and answer_join:
             out.reply(member.awaiting_join, _join_error(Error.UNKNOWN_MEMBER_ID))
         if member.awaiting_sync is not None:
@@ -698,7 +531,8 @@ class GroupCoordinator:
         elif group.is_(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group, now, out)
 
-    def _on_session_expired(self, group: Group, member_id: str, now: int, out: Result) -> None:
+    def _on_session_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
+        member_id = key[2]
         member = group.members.get(member_id)
         if member is None:
             return
@@ -711,8 +545,9 @@ class GroupCoordinator:
         self._remove_member_and_update_group(group, member, now, out)
 
     def _on_pending_member_expired(
-        self, group: Group, member_id: str, now: int, out: Result
+        self, group: Group, key: TimerKey, now: int, out: Result
     ) -> None:
+        member_id = key[2]
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
             if group.is_(GroupState.PREPARING_REBALANCE):
@@ -786,7 +621,7 @@ class GroupCoordinator:
     def _mark_synced(self, group: Group, member_id: str) -> None:
         group.pending_sync.discard(member_id)
         if not group.pending_sync:
-            self._cancel(("sync", group.group_id, str(group.generation)))
+            self._cancel(sync_key(group.group_id, group.generation))
 
     def _group_metadata_record(
         self,
@@ -896,7 +731,7 @@ class GroupCoordinator:
             return Error.NONE
         if member_id in group.pending_members:
             group.pending_members.discard(member_id)
-            self._cancel(("pending", group.group_id, member_id))
+            self._cancel(pending_key(group.group_id, member_id))
             if group.is_(GroupState.PREPARING_REBALANCE):
                 self._try_complete_join(group, now, out)
             return Error.NONE
@@ -1203,14 +1038,14 @@ class GroupCoordinator:
         del group.registered[instance_id]
         if group.expansion_started_ms < 0:
             group.expansion_started_ms = now
-            self._schedule(("expansion", group.group_id), now + group.registration_timeout_ms)
+            self._schedule(expansion_key(group.group_id), now + group.registration_timeout_ms)
             record = self._registration_record(group)
             out.writes.append(Write([record], LogOnly(f"{group.group_id} expansion started")))
         if not group.registered:
-            self._cancel(("expansion", group.group_id))  # closed once its generation syncs
+            self._cancel(expansion_key(group.group_id))  # closed once its generation syncs
 
     def _close_registration(self, group: Group, out: Result, dropped: tuple[str, ...]) -> None:
-        self._cancel(("expansion", group.group_id))
+        self._cancel(expansion_key(group.group_id))
         group.registered = {}
         group.registration_batch = ()
         group.expansion_started_ms = -1
@@ -1221,7 +1056,7 @@ class GroupCoordinator:
             )
         )
 
-    def _on_expansion_expired(self, group: Group, now: int, out: Result) -> None:
+    def _on_expansion_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
         dropped = tuple(group.registered)
         if not dropped:
             return
@@ -1243,7 +1078,7 @@ class GroupCoordinator:
         dropped = (instance_id,)
         group.registration_batch = tuple(i for i in group.registration_batch if i != instance_id)
         if not group.registered:
-            self._cancel(("expansion", group.group_id))
+            self._cancel(expansion_key(group.group_id))
         out.writes.append(
             Write(
                 [self._registration_record(group, dropped)],
@@ -1276,22 +1111,17 @@ class GroupCoordinator:
         self, cont: Continuation, failure: AppendFailure | None, now: int
     ) -> Result:
         out = Result()
-        if isinstance(cont, SyncDone):
-            self._sync_written(cont, failure, now, out)
-        elif isinstance(cont, OffsetsDone):
-            self._offsets_written(cont, failure, out)
-        elif isinstance(cont, StaticReplaceDone):
-            self._static_replace_written(cont, failure, now, out)
-        elif isinstance(cont, TombstonesDone):
-            self._tombstones_written(cont, failure, now, out)
-        elif isinstance(cont, AdminDone):
-            self._admin_written(cont, failure, out)
-        elif failure is not None:
-            log.warning("write failed (%s): %s", failure.value, cont.what)
+        _ON_WRITTEN[type(cont)](self, cont, failure, now, out)
         return out
 
+    def _log_only_written(
+        self, cont: LogOnly, failure: AppendFailure | None, now: int, out: Result
+    ) -> None:
+        if failure is not None:
+            log.warning("write failed (%s): %s", failure.value, cont.what)
+
     def _admin_written(
-        self, cont: AdminDone, failure: AppendFailure | None, out: Result
+        self, cont: AdminDone, failure: AppendFailure | None, now: int, out: Result
     ) -> None:
         if failure is None:
             out.reply(cont.handle, AdminResult(Error.NONE, cont.what))
@@ -1343,7 +1173,7 @@ class GroupCoordinator:
             self._close_registration(group, out, ())
 
     def _offsets_written(
-        self, cont: OffsetsDone, failure: AppendFailure | None, out: Result
+        self, cont: OffsetsDone, failure: AppendFailure | None, now: int, out: Result
     ) -> None:
         group = self.groups.get(cont.group_id)
         if group is not None:
@@ -1399,7 +1229,7 @@ class GroupCoordinator:
             group.update_protocols(member, target.protocols)
             member.rebalance_timeout_ms = target.rebalance_timeout_ms
             member.session_timeout_ms = target.session_timeout_ms
-            self._cancel(self._heartbeat_key(group, cont.new_member_id))
+            self._cancel(heartbeat_key(group.group_id, cont.new_member_id))
             group.replace_static_member(cont.instance_id, cont.new_member_id, target.member_id)
             self._reschedule_session(group, member, now, member.session_timeout_ms)
             out.reply(
@@ -1546,8 +1376,8 @@ class GroupCoordinator:
     def on_loaded(self, now: int) -> Result:
         """After replay: fresh session timers, max-size enforcement, retention timer (§7)."""
         out = Result()
-        self._schedule_all(
-            (self._heartbeat_key(group, member.member_id), now + member.session_timeout_ms)
+        self._queue.schedule_all(
+            (heartbeat_key(group.group_id, member.member_id), now + member.session_timeout_ms)
             for group in self.groups.values()
             for member in group.members.values()
         )
@@ -1559,12 +1389,12 @@ class GroupCoordinator:
                 self._close_registration(group, out, ())
             if group.registered and group.expansion_started_ms >= 0:
                 self._schedule(
-                    ("expansion", group.group_id),
+                    expansion_key(group.group_id),
                     group.expansion_started_ms + group.registration_timeout_ms,
                 )
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, now, out, "over group.max.size after load")
-        self._schedule(("retention",), now + self.config.offsets_retention_check_interval_ms)
+        self._schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
         return out
 
     def unload(self, now: int) -> Result:
@@ -1580,8 +1410,7 @@ class GroupCoordinator:
                     member.awaiting_sync = None
             group.state = GroupState.DEAD
         self.groups.clear()
-        self.timers.clear()
-        self._heap.clear()
+        self._queue.clear()
         return out
 
     # ==== helpers ==============================================================================
@@ -1599,12 +1428,22 @@ class GroupCoordinator:
             self.groups.pop(group.group_id, None)
 
 
-__all__ = [
-    "AppendFailure",
-    "Continuation",
-    "CoreConfig",
-    "GroupCoordinator",
-    "Reply",
-    "Result",
-    "Write",
-]
+# Dispatch tables of plain functions: bound methods held by the instance would make the
+# coordinator a reference cycle, which the frozen loaded state must not have.
+_ON_TIMER: dict[TimerKind, Callable[[GroupCoordinator, Group, TimerKey, int, Result], None]] = {
+    TimerKind.HEARTBEAT: GroupCoordinator._on_session_expired,
+    TimerKind.PENDING: GroupCoordinator._on_pending_member_expired,
+    TimerKind.JOIN: GroupCoordinator._on_join_timer,
+    TimerKind.EXPANSION: GroupCoordinator._on_expansion_expired,
+    TimerKind.SYNC: GroupCoordinator._on_pending_sync_expired,
+}
+_ON_WRITTEN: dict[
+    type, Callable[[GroupCoordinator, Any, AppendFailure | None, int, Result], None]
+] = {
+    SyncDone: GroupCoordinator._sync_written,
+    OffsetsDone: GroupCoordinator._offsets_written,
+    StaticReplaceDone: GroupCoordinator._static_replace_written,
+    TombstonesDone: GroupCoordinator._tombstones_written,
+    AdminDone: GroupCoordinator._admin_written,
+    LogOnly: GroupCoordinator._log_only_written,
+}
