@@ -41,21 +41,12 @@ from app.group.messages import (
 from app.group.records import (
     OFFSET_SOURCE_MEMBER,
     OFFSET_SOURCE_RESET,
-    GroupMetadataValue,
-    MemberValue,
     OffsetValue,
     Record,
-    RecordType,
-    RegistrationValue,
-    decode_group_key,
-    decode_group_value,
-    decode_offset_key,
-    decode_offset_value,
-    decode_registration_value,
     group_record,
     offset_record,
-    registration_record,
 )
+from app.group.replay import drop_if_unused, replay
 from app.group.results import (
     AdminDone,
     AppendFailure,
@@ -70,7 +61,7 @@ from app.group.results import (
     group_write_error,
     offset_write_error,
 )
-from app.group.state import DurableStatic, Group, GroupState, Member
+from app.group.state import DurableStatic, Group, GroupState, JoinPhase, Member
 from app.group.timers import (
     RETENTION_KEY,
     TimerKey,
@@ -161,7 +152,7 @@ class GroupCoordinator:
 
         if group.is_(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group, now, out)
-        self._drop_if_unused(group)
+        drop_if_unused(self.groups, group)
         return out
 
     def _accept_joining_member(self, group: Group, member_id: str) -> bool:
@@ -190,7 +181,7 @@ class GroupCoordinator:
             self._join_new_static_member(handle, group, req, member_id, now, out)
         elif req.require_known_member_id:
             # spec §2.2 (KIP-394): hand out an id, change nothing else
-            group.pending_members.add(member_id)
+            group.transient.pending_members.add(member_id)
             self._schedule(pending_key(group.group_id, member_id), now + req.session_timeout_ms)
             out.reply(handle, _join_error(Error.MEMBER_ID_REQUIRED, member_id))
         else:
@@ -231,10 +222,10 @@ class GroupCoordinator:
         if group.is_(GroupState.STABLE):
             if group.select_protocol() == group.protocol_name:
                 # no rebalance: persist the new member id, answer after the write
-                durable = group.static_in_flight.get(instance_id)
+                durable = group.transient.static_in_flight.get(instance_id)
                 if durable is None:  # no earlier replacement in flight: the old id is durable
                     durable = DurableStatic(old_id, *saved)
-                    group.static_in_flight[instance_id] = durable
+                    group.transient.static_in_flight[instance_id] = durable
                 durable.in_flight += 1
                 done = StaticReplaceDone(
                     group.group_id,
@@ -251,7 +242,7 @@ class GroupCoordinator:
                 # KIP-814: a returning leader on v9+ is answered SkipAssignment; say so in the
                 # record, the audit cannot learn it otherwise (GroupMetadataValue v2)
                 skip = req.supports_skip_assignment and group.is_leader(new_id)
-                record = self._group_metadata_record(group, skip_assignment=skip)
+                record = group.metadata_record(skip_assignment=skip)
                 out.writes.append(Write([record], done))
             else:
                 self._prepare_rebalance(group, now, out, "static member changed protocol")
@@ -270,13 +261,13 @@ class GroupCoordinator:
         if not group.supports_protocols(req.protocol_type, [n for n, _ in req.protocols]):
             out.reply(handle, _join_error(Error.INCONSISTENT_GROUP_PROTOCOL, mid))
             return
-        if mid in group.pending_members:
+        if mid in group.transient.pending_members:
             if req.group_instance_id is not None:
                 out.reply(handle, _join_error(Error.UNKNOWN_SERVER_ERROR, mid))
                 return
             self._add_member_and_rebalance(handle, group, req, mid, now, out)
             return
-        error = self._validate_member(group, mid, req.group_instance_id)
+        error = group.validate_member(mid, req.group_instance_id)
         if error is not Error.NONE:
             out.reply(handle, _join_error(error, mid))
             return
@@ -324,18 +315,6 @@ class GroupCoordinator:
             JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(proto)) for m in ordered
         )
 
-    def _validate_member(self, group: Group, member_id: str, instance_id: str | None) -> Error:
-        """spec §2.4 validateCurrentMember, shared by Join/Sync/Heartbeat/Leave/Commit."""
-        if instance_id is not None:
-            known = group.static_members.get(instance_id)
-            if known is None:
-                return Error.UNKNOWN_MEMBER_ID
-            if known != member_id:
-                return Error.FENCED_INSTANCE_ID
-        if member_id not in group.members:
-            return Error.UNKNOWN_MEMBER_ID
-        return Error.NONE
-
     def _update_member(
         self, group: Group, member: Member, req: JoinGroupRequest, handle: int, out: Result
     ) -> None:
@@ -372,10 +351,13 @@ class GroupCoordinator:
             is_new=True,
         )
         # Java's rule: a member added during the initial rebalance extends its delay window
-        if group.is_(GroupState.PREPARING_REBALANCE) and group.previous_state is GroupState.EMPTY:
-            group.new_member_added = True
+        if (
+            group.is_(GroupState.PREPARING_REBALANCE)
+            and group.transient.previous_state is GroupState.EMPTY
+        ):
+            group.transient.new_member_added = True
         group.add(member)
-        group.pending_members.discard(member_id)
+        group.transient.pending_members.discard(member_id)
         self._cancel(pending_key(group.group_id, member_id))
         self._reschedule_session(group, member, now, self.config.new_member_join_timeout_ms)
         if group.can_rebalance():
@@ -393,16 +375,16 @@ class GroupCoordinator:
         if group.is_(GroupState.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_error(group, Error.REBALANCE_IN_PROGRESS, out)
         self._cancel(sync_key(group.group_id, group.generation))
-        group.pending_sync.clear()
+        group.transient.pending_sync.clear()
         delay = self.config.initial_rebalance_delay_ms
         if group.is_(GroupState.EMPTY):
-            group.join_timer_kind = "initial"
-            group.initial_window_ms = delay
-            group.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
-            group.new_member_added = False
+            group.transient.join_phase = JoinPhase.INITIAL
+            group.transient.initial_window_ms = delay
+            group.transient.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
+            group.transient.new_member_added = False
             self._schedule(join_key(group.group_id), now + delay)
         else:
-            group.join_timer_kind = "rebalance"
+            group.transient.join_phase = JoinPhase.REBALANCE
             self._schedule(join_key(group.group_id), now + group.rebalance_timeout_ms())
         group.transition(GroupState.PREPARING_REBALANCE, now)
         self._try_complete_join(group, now, out)
@@ -410,7 +392,7 @@ class GroupCoordinator:
     def _try_complete_join(self, group: Group, now: int, out: Result) -> None:
         # the initial phase never completes early (spec §2.7); a registered scale-up holds it
         if (
-            group.join_timer_kind == "rebalance"
+            group.transient.join_phase is JoinPhase.REBALANCE
             and group.has_all_members_joined()
             and not group.expansion_holds_join(now)
         ):
@@ -421,27 +403,28 @@ class GroupCoordinator:
         if not group.is_(GroupState.PREPARING_REBALANCE):
             return
         if (
-            group.join_timer_kind == "initial"
-            and group.new_member_added
-            and group.initial_remaining_ms != 0
+            group.transient.join_phase is JoinPhase.INITIAL
+            and group.transient.new_member_added
+            and group.transient.initial_remaining_ms != 0
         ):
-            group.new_member_added = False
-            window = min(self.config.initial_rebalance_delay_ms, group.initial_remaining_ms)
-            remaining = group.initial_remaining_ms - group.initial_window_ms
-            group.initial_remaining_ms = max(remaining, 0)
-            group.initial_window_ms = window
+            group.transient.new_member_added = False
+            window = min(
+                self.config.initial_rebalance_delay_ms, group.transient.initial_remaining_ms
+            )
+            remaining = group.transient.initial_remaining_ms - group.transient.initial_window_ms
+            group.transient.initial_remaining_ms = max(remaining, 0)
+            group.transient.initial_window_ms = window
             self._schedule(join_key(group.group_id), now + window)
             return
-        if group.expansion_holds_join(now):
+        reg = group.registration
+        if reg is not None and reg.holds_join(now):
             # the rest of a registered scale-up is on its way: complete when it is in or late
-            self._schedule(
-                join_key(group.group_id), group.expansion_started_ms + group.registration_timeout_ms
-            )
+            self._schedule(join_key(group.group_id), reg.expansion_started_ms + reg.timeout_ms)
             return
         self._complete_join(group, now, out)
 
     def _complete_join(self, group: Group, now: int, out: Result) -> None:
-        group.join_timer_kind = None
+        group.transient.join_phase = None
         for member in [m for m in group.members.values() if m.awaiting_join is None]:
             if member.group_instance_id is None:
                 self._remove_member(group, member, out, answer_join=False)
@@ -449,7 +432,7 @@ class GroupCoordinator:
             return
         if not self._elect_joined_leader(group) and group.members:
             # only static members that have not rejoined: wait another rebalance timeout
-            group.join_timer_kind = "rebalance"
+            group.transient.join_phase = JoinPhase.REBALANCE
             self._schedule(join_key(group.group_id), now + group.rebalance_timeout_ms())
             return
         group.generation += 1
@@ -459,11 +442,9 @@ class GroupCoordinator:
         else:
             group.protocol_name = None
             group.transition(GroupState.EMPTY, now)
-        group.pending_sync.clear()
+        group.transient.pending_sync.clear()
         if group.is_(GroupState.EMPTY):
-            out.writes.append(
-                Write([self._group_metadata_record(group)], LogOnly(f"{group.group_id} empty"))
-            )
+            out.writes.append(Write([group.metadata_record()], LogOnly(f"{group.group_id} empty")))
             return
         members = self._member_list(group)
         for member in group.members.values():
@@ -472,7 +453,7 @@ class GroupCoordinator:
                 group.set_awaiting_join(member, None)
             self._reschedule_session(group, member, now, member.session_timeout_ms)
             member.is_new = False
-            group.pending_sync.add(member.member_id)
+            group.transient.pending_sync.add(member.member_id)
         self._schedule(
             sync_key(group.group_id, group.generation), now + group.rebalance_timeout_ms()
         )
@@ -493,9 +474,9 @@ class GroupCoordinator:
             GroupState.STABLE,
         ):
             return
-        if not group.pending_sync:
+        if not group.transient.pending_sync:
             return
-        for member_id in list(group.pending_sync):
+        for member_id in list(group.transient.pending_sync):
             member = group.members.get(member_id)
             if member is not None:
                 self._remove_member(group, member, out)
@@ -548,11 +529,11 @@ class GroupCoordinator:
         self, group: Group, key: TimerKey, now: int, out: Result
     ) -> None:
         member_id = key[2]
-        if member_id in group.pending_members:
-            group.pending_members.discard(member_id)
+        if member_id in group.transient.pending_members:
+            group.transient.pending_members.discard(member_id)
             if group.is_(GroupState.PREPARING_REBALANCE):
                 self._try_complete_join(group, now, out)
-            self._drop_if_unused(group)
+            drop_if_unused(self.groups, group)
 
     # ==== SyncGroup (spec §3) ==================================================================
 
@@ -577,15 +558,15 @@ class GroupCoordinator:
             self._mark_synced(group, member.member_id)
             if (
                 group.is_leader(member.member_id)
-                and group.assignment_write_generation != group.generation
+                and group.transient.assignment_write_generation != group.generation
             ):
                 # A leader re-sending SyncGroup while its assignment is being written is only
                 # parked: a second record could win on reload while the first wins live.
-                group.assignment_write_generation = group.generation
+                group.transient.assignment_write_generation = group.generation
                 assignments = dict(req.assignments)
                 for mid in group.members:
                     assignments.setdefault(mid, b"")
-                record = self._group_metadata_record(group, assignments)
+                record = group.metadata_record(assignments)
                 out.writes.append(
                     Write([record], SyncDone(group.group_id, group.generation, assignments))
                 )
@@ -603,7 +584,7 @@ class GroupCoordinator:
     def _sync_error(self, group: Group, req: SyncGroupRequest) -> Error:
         if group.is_(GroupState.DEAD):
             return Error.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        error = group.validate_member(req.member_id, req.group_instance_id)
         if error is not Error.NONE:
             return error
         if req.generation_id != group.generation:
@@ -619,42 +600,9 @@ class GroupCoordinator:
         return Error.NONE
 
     def _mark_synced(self, group: Group, member_id: str) -> None:
-        group.pending_sync.discard(member_id)
-        if not group.pending_sync:
+        group.transient.pending_sync.discard(member_id)
+        if not group.transient.pending_sync:
             self._cancel(sync_key(group.group_id, group.generation))
-
-    def _group_metadata_record(
-        self,
-        group: Group,
-        assignments: dict[str, bytes] | None = None,
-        skip_assignment: bool = False,
-    ) -> Record:
-        proto = group.protocol_name
-        members = tuple(
-            MemberValue(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                session_timeout_ms=m.session_timeout_ms,
-                subscription=m.metadata(proto),
-                assignment=m.assignment if assignments is None else assignments[m.member_id],
-            )
-            for m in group.members.values()
-        )
-        value = GroupMetadataValue(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation,
-            protocol_name=proto,
-            leader=group.leader_id,
-            current_state_timestamp=-1 if group.state_timestamp is None else group.state_timestamp,
-            members=members,
-            rebalance_reason=group.rebalance_reason,
-            rebalance_started_ms=group.rebalance_started_ms,
-            skip_assignment=skip_assignment,
-        )
-        return group_record(group.group_id, value)
 
     # ==== Heartbeat (spec §4.1) ================================================================
 
@@ -666,7 +614,7 @@ class GroupCoordinator:
             return HeartbeatResponse(Error.UNKNOWN_MEMBER_ID)
         if group.is_(GroupState.DEAD):
             return HeartbeatResponse(Error.COORDINATOR_NOT_AVAILABLE)
-        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        error = group.validate_member(req.member_id, req.group_instance_id)
         if error is not Error.NONE:
             return HeartbeatResponse(error)
         if req.generation_id != group.generation:
@@ -717,7 +665,7 @@ class GroupCoordinator:
                 )
             results.append(LeaveMemberResponse(leaving.member_id, leaving.group_instance_id, error))
         out.reply(handle, LeaveGroupResponse(Error.NONE, tuple(results)))
-        self._drop_if_unused(group)
+        drop_if_unused(self.groups, group)
         return out
 
     def _leave_one(
@@ -729,13 +677,13 @@ class GroupCoordinator:
                 return Error.UNKNOWN_MEMBER_ID
             self._remove_member_and_update_group(group, group.members[known], now, out)
             return Error.NONE
-        if member_id in group.pending_members:
-            group.pending_members.discard(member_id)
+        if member_id in group.transient.pending_members:
+            group.transient.pending_members.discard(member_id)
             self._cancel(pending_key(group.group_id, member_id))
             if group.is_(GroupState.PREPARING_REBALANCE):
                 self._try_complete_join(group, now, out)
             return Error.NONE
-        error = self._validate_member(group, member_id, instance_id)
+        error = group.validate_member(member_id, instance_id)
         if error is not Error.NONE:
             return error
         self._remove_member_and_update_group(group, group.members[member_id], now, out)
@@ -797,10 +745,12 @@ class GroupCoordinator:
             written.append((p.topic, p.partition))
         if not records:
             out.reply(handle, OffsetCommitResponse(tuple(results)))
-            self._drop_if_unused(group)  # a simple group created for nothing
+            drop_if_unused(self.groups, group)  # a simple group created for nothing
             return out
         for tp in written:
-            group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
+            group.transient.pending_offset_commits[tp] = (
+                group.transient.pending_offset_commits.get(tp, 0) + 1
+            )
         out.writes.append(
             Write(
                 records,
@@ -815,7 +765,7 @@ class GroupCoordinator:
         if req.generation_id < 0 and group.is_(GroupState.EMPTY):
             return Error.NONE  # admin/simple commit: no member validation
         if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
-            error = self._validate_member(group, req.member_id, req.group_instance_id)
+            error = group.validate_member(req.member_id, req.group_instance_id)
             if error is not Error.NONE:
                 return error
             if req.generation_id != group.generation:
@@ -834,7 +784,7 @@ class GroupCoordinator:
         wanted = sorted(group.offsets) if req.partitions is None else list(req.partitions)
         out = []
         for tp in wanted:
-            if req.require_stable and group.pending_offset_commits.get(tp):
+            if req.require_stable and group.transient.pending_offset_commits.get(tp):
                 out.append(FetchedOffset(tp[0], tp[1], error=Error.UNSTABLE_OFFSET_COMMIT))
                 continue
             value = group.offsets.get(tp)
@@ -854,11 +804,12 @@ class GroupCoordinator:
                 continue
             expired = self._expired_offsets(group, now)
             records = [offset_record(group.group_id, t, p, None) for t, p in expired]
+            pending = group.transient
             kills = (
                 group.is_(GroupState.EMPTY)
                 and not group.members
-                and not group.pending_members
-                and not group.pending_offset_commits  # Kafka: hasOffsets counts pending ones
+                and not pending.pending_members
+                and not pending.pending_offset_commits  # Kafka: hasOffsets counts pending ones
                 and len(expired) == len(group.offsets)
             )
             before = group.state_timestamp
@@ -888,7 +839,7 @@ class GroupCoordinator:
             return []  # rebalancing, or a non-consumer protocol with members
         expired: list[tuple[str, int]] = []
         for tp, value in group.offsets.items():
-            if tp[0] in kept_topics or group.pending_offset_commits.get(tp):
+            if tp[0] in kept_topics or group.transient.pending_offset_commits.get(tp):
                 continue
             if value.expire_timestamp != -1:
                 if now >= value.expire_timestamp:
@@ -954,7 +905,9 @@ class GroupCoordinator:
         # Offsets still being written are tombstoned too: their records precede these in the
         # log, so a reload must not resurrect them (spec §6: fetch returns -1 afterwards).
         partitions = list(group.offsets)
-        partitions += [tp for tp in group.pending_offset_commits if tp not in group.offsets]
+        partitions += [
+            tp for tp in group.transient.pending_offset_commits if tp not in group.offsets
+        ]
         records = [offset_record(group_id, t, p, None) for t, p in partitions]
         records.append(group_record(group_id, None))
         before = group.state_timestamp
@@ -982,13 +935,14 @@ class GroupCoordinator:
             return out
         if group is None:
             group = self.groups[group_id] = Group(group_id, state_timestamp=now)
-        group.registered.update(dict.fromkeys(instance_ids))
-        group.registration_batch += tuple(instance_ids)
-        group.registration_timeout_ms = timeout_ms
-        group.registered_ms = now
+        reg = group.open_registration()
+        reg.registered.update(dict.fromkeys(instance_ids))
+        reg.batch += tuple(instance_ids)
+        reg.timeout_ms = timeout_ms
+        reg.registered_ms = now
         out.writes.append(
             Write(
-                [self._registration_record(group)],
+                [reg.record(group_id)],
                 AdminDone(group_id, handle, "registered", added=tuple(instance_ids)),
             )
         )
@@ -1018,40 +972,30 @@ class GroupCoordinator:
                 return f"group {group.group_id!r} is being deleted"
         return None
 
-    def _registration_record(self, group: Group, dropped: tuple[str, ...] = ()) -> Record:
-        """The open registration keeps its whole batch until the scale-up is durable, so a
-        failover mid-expansion still expects members whose join was not yet synced."""
-        return registration_record(
-            group.group_id,
-            RegistrationValue(
-                group.registration_batch,
-                group.registration_timeout_ms,
-                group.registered_ms,
-                group.expansion_started_ms,
-                dropped,
-            ),
-        )
-
     def _registered_member_arrived(
         self, group: Group, instance_id: str, now: int, out: Result
     ) -> None:
-        del group.registered[instance_id]
-        if group.expansion_started_ms < 0:
-            group.expansion_started_ms = now
-            self._schedule(expansion_key(group.group_id), now + group.registration_timeout_ms)
-            record = self._registration_record(group)
+        reg = group.registration
+        assert reg is not None  # the instance is registered
+        del reg.registered[instance_id]
+        if reg.expansion_started_ms < 0:
+            reg.expansion_started_ms = now
+            self._schedule(expansion_key(group.group_id), now + reg.timeout_ms)
+            record = reg.record(group.group_id)
             out.writes.append(Write([record], LogOnly(f"{group.group_id} expansion started")))
-        if not group.registered:
+        if not reg.registered:
             self._cancel(expansion_key(group.group_id))  # closed once its generation syncs
 
     def _close_registration(self, group: Group, out: Result, dropped: tuple[str, ...]) -> None:
         self._cancel(expansion_key(group.group_id))
-        group.registered = {}
-        group.registration_batch = ()
-        group.expansion_started_ms = -1
+        reg = group.registration
+        assert reg is not None  # there is a registration to close
+        reg.registered = {}
+        reg.batch = ()
+        reg.expansion_started_ms = -1
         out.writes.append(
             Write(
-                [self._registration_record(group, dropped)],
+                [reg.record(group.group_id, dropped)],
                 LogOnly(f"{group.group_id} registration closed"),
             )
         )
@@ -1071,17 +1015,18 @@ class GroupCoordinator:
         """Withdraw a registration that has not joined yet."""
         out = Result()
         group = self.groups.get(group_id)
-        if group is None or instance_id not in group.registered:
+        reg = None if group is None else group.registration
+        if group is None or reg is None or instance_id not in reg.registered:
             out.reply(handle, AdminResult(Error.UNKNOWN_MEMBER_ID, "not registered"))
             return out
-        del group.registered[instance_id]
+        del reg.registered[instance_id]
         dropped = (instance_id,)
-        group.registration_batch = tuple(i for i in group.registration_batch if i != instance_id)
-        if not group.registered:
+        reg.batch = tuple(i for i in reg.batch if i != instance_id)
+        if not reg.registered:
             self._cancel(expansion_key(group.group_id))
         out.writes.append(
             Write(
-                [self._registration_record(group, dropped)],
+                [reg.record(group_id, dropped)],
                 AdminDone(group_id, handle, "unregistered", removed=dropped),
             )
         )
@@ -1128,14 +1073,15 @@ class GroupCoordinator:
             return
         group = self.groups.get(cont.group_id)
         if group is not None:
+            reg = group.open_registration()
             for instance in cont.added:
-                group.registered.pop(instance, None)
+                reg.registered.pop(instance, None)
             for instance in cont.removed:
                 if instance not in group.static_members:
-                    group.registered[instance] = None
-            group.registration_batch = tuple(
-                i for i in group.registration_batch if i not in cont.added
-            ) + tuple(i for i in cont.removed if i not in group.registration_batch)
+                    reg.registered[instance] = None
+            reg.batch = tuple(i for i in reg.batch if i not in cont.added) + tuple(
+                i for i in cont.removed if i not in reg.batch
+            )
         error = group_write_error(failure)
         message = f"the registration was not written ({error.name})"
         out.reply(cont.handle, AdminResult(error, message))
@@ -1144,8 +1090,8 @@ class GroupCoordinator:
         self, cont: SyncDone, failure: AppendFailure | None, now: int, out: Result
     ) -> None:
         group = self.groups.get(cont.group_id)
-        if group is not None and group.assignment_write_generation == cont.generation:
-            group.assignment_write_generation = None
+        if group is not None and group.transient.assignment_write_generation == cont.generation:
+            group.transient.assignment_write_generation = None
         if (
             group is None
             or not group.is_(GroupState.COMPLETING_REBALANCE)
@@ -1168,7 +1114,8 @@ class GroupCoordinator:
                 member.awaiting_sync = None
                 self._reschedule_session(group, member, now, member.session_timeout_ms)
         group.transition(GroupState.STABLE, now)
-        if group.registration_batch and not group.registered:
+        reg = group.registration
+        if reg is not None and reg.batch and not reg.registered:
             # every registered instance is now a durable member: the scale-up is done
             self._close_registration(group, out, ())
 
@@ -1178,19 +1125,19 @@ class GroupCoordinator:
         group = self.groups.get(cont.group_id)
         if group is not None:
             for tp in cont.written:
-                n = group.pending_offset_commits.get(tp, 0) - 1
+                n = group.transient.pending_offset_commits.get(tp, 0) - 1
                 if n > 0:
-                    group.pending_offset_commits[tp] = n
+                    group.transient.pending_offset_commits[tp] = n
                 else:
-                    group.pending_offset_commits.pop(tp, None)
+                    group.transient.pending_offset_commits.pop(tp, None)
         if failure is None:
             for record in cont.records:
-                self.replay(record)  # spec §5.1: visible only once durable
+                replay(self.groups, record)  # spec §5.1: visible only once durable
             error = Error.NONE
         else:
             error = offset_write_error(failure)
             if group is not None:
-                self._drop_if_unused(group)  # a simple group whose first commit failed
+                drop_if_unused(self.groups, group)  # a simple group whose first commit failed
         if cont.handle is not None:
             results = cont.results + tuple(PartitionResult(t, p, error) for t, p in cont.written)
             out.reply(cont.handle, OffsetCommitResponse(results))
@@ -1201,7 +1148,7 @@ class GroupCoordinator:
         group = self.groups.get(cont.group_id)
         if group is None:
             return  # unloaded: the request was answered NOT_COORDINATOR
-        durable = group.static_in_flight.get(cont.instance_id)
+        durable = group.transient.static_in_flight.get(cont.instance_id)
         if durable is not None:
             if failure is None:  # the log now holds this write's identity
                 durable.member_id = cont.new_member_id
@@ -1210,7 +1157,7 @@ class GroupCoordinator:
                 durable.session_timeout_ms = cont.session_timeout_ms
             durable.in_flight -= 1
             if durable.in_flight <= 0:
-                del group.static_in_flight[cont.instance_id]
+                del group.transient.static_in_flight[cont.instance_id]
         member = group.members.get(cont.new_member_id)
         if member is None or member.awaiting_join != cont.handle:
             # The request was already answered while the write was in flight: fenced by a
@@ -1282,7 +1229,7 @@ class GroupCoordinator:
                 out.reply(cont.handle, DeleteGroupResult(cont.group_id, group_write_error(failure)))
             return
         for record in cont.records:
-            self.replay(record)
+            replay(self.groups, record)
         if cont.kills_group:
             self.groups.pop(cont.group_id, None)
         if cont.handle is not None:
@@ -1291,87 +1238,7 @@ class GroupCoordinator:
     # ==== replay and loading (spec §7) =========================================================
 
     def replay(self, record: Record) -> None:
-        """Apply one durable record. Loading uses it for everything; live writes for offsets
-        and tombstones. (Live group-metadata writes describe in-memory state that handlers
-        already hold, as Kafka's classic groups do with replayRecords=false.)"""
-        if record.type is RecordType.OFFSET_COMMIT:
-            group_id, topic, partition = decode_offset_key(record.key)
-            group = self.groups.get(group_id)
-            if record.value is None:
-                if group is not None:
-                    group.offsets.pop((topic, partition), None)
-                    # a group that only existed for its offsets goes with the last of them,
-                    # as it would after compaction dropped every record of it
-                    self._drop_if_unused(group)
-                return
-            if group is None:
-                group = self.groups[group_id] = Group(group_id)
-            group.offsets[(topic, partition)] = decode_offset_value(record.value)
-        elif record.type is RecordType.GROUP_METADATA:
-            group_id = decode_group_key(record.key)
-            old = self.groups.get(group_id)
-            if record.value is None:
-                if old is not None and old.offsets:
-                    self.groups[group_id] = Group(group_id, offsets=old.offsets)
-                else:
-                    self.groups.pop(group_id, None)
-                return
-            group = self._group_from_value(group_id, decode_group_value(record.value))
-            if old is not None:
-                group.offsets = old.offsets
-                group.registered = old.registered
-                group.registration_batch = old.registration_batch
-                group.registration_timeout_ms = old.registration_timeout_ms
-                group.registered_ms = old.registered_ms
-                group.expansion_started_ms = old.expansion_started_ms
-            self.groups[group_id] = group
-        elif record.type is RecordType.STATIC_REGISTRATION:
-            group_id = decode_group_key(record.key)
-            group = self.groups.get(group_id)
-            if group is None:
-                if record.value is None:
-                    return
-                group = self.groups[group_id] = Group(group_id)
-            if record.value is None:
-                group.registered = {}
-                group.registration_batch = ()
-                return
-            reg = decode_registration_value(record.value)
-            group.registered = dict.fromkeys(reg.expected)
-            group.registration_batch = reg.expected
-            group.registration_timeout_ms = reg.expansion_timeout_ms
-            group.registered_ms = reg.registered_ms
-            group.expansion_started_ms = reg.expansion_started_ms
-
-    def _group_from_value(self, group_id: str, v: GroupMetadataValue) -> Group:
-        group = Group(
-            group_id,
-            state=GroupState.STABLE if v.members else GroupState.EMPTY,
-            state_timestamp=None if v.current_state_timestamp < 0 else v.current_state_timestamp,
-            protocol_type=v.protocol_type or None,
-            protocol_name=v.protocol_name,
-            generation=v.generation,
-        )
-        for mv in v.members:
-            group.add(
-                Member(
-                    member_id=mv.member_id,
-                    group_instance_id=mv.group_instance_id,
-                    client_id=mv.client_id,
-                    client_host=mv.client_host,
-                    rebalance_timeout_ms=mv.rebalance_timeout_ms
-                    if mv.rebalance_timeout_ms >= 0
-                    else mv.session_timeout_ms,
-                    session_timeout_ms=mv.session_timeout_ms,
-                    protocol_type=v.protocol_type,
-                    protocols=((v.protocol_name or "", mv.subscription),),
-                    assignment=mv.assignment,
-                )
-            )
-        group.leader_id = v.leader
-        group.rebalance_reason = v.rebalance_reason
-        group.rebalance_started_ms = v.rebalance_started_ms
-        return group
+        replay(self.groups, record)
 
     def on_loaded(self, now: int) -> Result:
         """After replay: fresh session timers, max-size enforcement, retention timer (§7)."""
@@ -1382,16 +1249,17 @@ class GroupCoordinator:
             for member in group.members.values()
         )
         for group in self.groups.values():
-            for instance in list(group.registered):
-                if instance in group.static_members:  # its join is durable: it arrived
-                    del group.registered[instance]
-            if group.registration_batch and not group.registered:
-                self._close_registration(group, out, ())
-            if group.registered and group.expansion_started_ms >= 0:
-                self._schedule(
-                    expansion_key(group.group_id),
-                    group.expansion_started_ms + group.registration_timeout_ms,
-                )
+            reg = group.registration
+            if reg is not None:
+                for instance in list(reg.registered):
+                    if instance in group.static_members:  # its join is durable: it arrived
+                        del reg.registered[instance]
+                if reg.batch and not reg.registered:
+                    self._close_registration(group, out, ())
+                if reg.registered and reg.expansion_started_ms >= 0:
+                    self._schedule(
+                        expansion_key(group.group_id), reg.expansion_started_ms + reg.timeout_ms
+                    )
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group, now, out, "over group.max.size after load")
         self._schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
@@ -1412,20 +1280,6 @@ class GroupCoordinator:
         self.groups.clear()
         self._queue.clear()
         return out
-
-    # ==== helpers ==============================================================================
-
-    def _drop_if_unused(self, group: Group) -> None:
-        """Forget a group that a failed first join left behind with nothing in it."""
-        if (
-            group.is_(GroupState.EMPTY)
-            and not group.members
-            and not group.pending_members
-            and not group.offsets
-            and group.generation == 0
-            and not group.pending_offset_commits
-        ):
-            self.groups.pop(group.group_id, None)
 
 
 # Dispatch tables of plain functions: bound methods held by the instance would make the
