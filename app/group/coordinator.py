@@ -12,7 +12,7 @@ Timers live in `self.timers` (key -> deadline); the runtime wakes `poll_timers(n
   rebalance.py      the join and sync phases, removing members, their timers
   registrations.py  static members registered ahead of a scale-up (admin API)
   offsets.py        OffsetCommit, OffsetFetch, retention, DeleteGroups
-  view.py           DescribeGroups, ListGroups
+  view.py           DescribeGroups, ListGroups, snapshots for metrics and the admin API
   replay.py         replay(record), the one way durable state changes
 """
 
@@ -56,6 +56,7 @@ from app.group.results import (
 )
 from app.group.state import Group, GroupState
 from app.group.timers import RETENTION_KEY, TimerKey, TimerKind, TimerQueue, heartbeat_key
+from app.group.view import GroupSummary, GroupView
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,16 @@ class GroupCoordinator:
 
     def force_rebalance(self, handle: int, group_id: str, reason: str, now: int) -> Result:
         return self._rebalancer.force_rebalance(handle, group_id, reason, now)
+
+    # ==== read-only views (metrics, admin API) =================================================
+
+    def groups_view(self) -> tuple[GroupSummary, ...]:
+        """Every group of the partition, Dead ones (being deleted) included."""
+        return view.summaries(self.groups)
+
+    def describe(self, group_id: str) -> GroupView | None:
+        """One group in full; None if it does not exist or is being deleted."""
+        return view.snapshot(self.groups, group_id)
 
     # ==== timers and write completions =========================================================
 
