@@ -12,14 +12,19 @@ from app.group.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
-    JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
     LeaveMemberResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from app.group.rebalance import Rebalancer, join_error, join_response, member_list
+from app.group.rebalance import (
+    Rebalancer,
+    generation_response,
+    join_error,
+    join_response,
+    member_list,
+)
 from app.group.registrations import Registrations
 from app.group.replay import drop_if_unused
 from app.group.results import (
@@ -310,41 +315,19 @@ class Membership:
             self.queue.cancel(heartbeat_key(group.group_id, cont.new_member_id))
             group.replace_static_member(cont.instance_id, cont.new_member_id, target.member_id)
             self.rebalancer.reschedule_session(group, member, now, member.session_timeout_ms)
-            out.reply(
-                cont.handle,
-                JoinGroupResponse(
-                    error=group_write_error(failure),
-                    generation_id=group.generation,
-                    protocol_type=group.protocol_type,
-                    protocol_name=group.protocol_name,
-                    leader=cont.leader_before or "",
-                    member_id="",
-                ),
-            )
+            error = group_write_error(failure)
+            out.reply(cont.handle, generation_response(group, "", cont.leader_before, error=error))
             return
-        is_leader = group.is_leader(cont.new_member_id)
         if cont.supports_skip_assignment:
             # KIP-814: a returning static leader learns it leads and keeps the assignment
-            response = JoinGroupResponse(
-                error=Error.NONE,
-                generation_id=group.generation,
-                protocol_type=group.protocol_type,
-                protocol_name=group.protocol_name,
-                leader=group.leader_id or "",
-                skip_assignment=is_leader,
-                member_id=cont.new_member_id,
-                members=member_list(group) if is_leader else (),
+            is_leader = group.is_leader(cont.new_member_id)
+            members = member_list(group) if is_leader else ()
+            response = generation_response(
+                group, cont.new_member_id, group.leader_id, members, skip_assignment=is_leader
             )
         else:
             # older clients see the old leader id, so a returning leader acts as a follower
-            response = JoinGroupResponse(
-                error=Error.NONE,
-                generation_id=group.generation,
-                protocol_type=group.protocol_type,
-                protocol_name=group.protocol_name,
-                leader=cont.leader_before or "",
-                member_id=cont.new_member_id,
-            )
+            response = generation_response(group, cont.new_member_id, cont.leader_before)
         out.reply(cont.handle, response)
 
     # ==== SyncGroup (spec §3) ==================================================================

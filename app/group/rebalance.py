@@ -27,19 +27,34 @@ def join_error(error: Error, member_id: str = "") -> JoinGroupResponse:
     return JoinGroupResponse(error=error, member_id=member_id)
 
 
+def generation_response(
+    group: Group,
+    member_id: str,
+    leader: str | None,
+    members: tuple[JoinGroupMember, ...] = (),
+    error: Error = Error.NONE,
+    skip_assignment: bool = False,
+) -> JoinGroupResponse:
+    """A JoinGroup answer that names the group's current generation."""
+    return JoinGroupResponse(
+        error=error,
+        generation_id=group.generation,
+        protocol_type=group.protocol_type,
+        protocol_name=group.protocol_name,
+        leader=leader or "",
+        skip_assignment=skip_assignment,
+        member_id=member_id,
+        members=members,
+    )
+
+
 def join_response(
     group: Group, member: Member, members: tuple[JoinGroupMember, ...]
 ) -> JoinGroupResponse:
     """The current generation as `member` sees it; only the leader gets `members`."""
-    return JoinGroupResponse(
-        error=Error.NONE,
-        generation_id=group.generation,
-        protocol_type=group.protocol_type,
-        protocol_name=group.protocol_name,
-        leader=group.leader_id or "",
-        member_id=member.member_id,
-        members=members if group.is_leader(member.member_id) else (),
-    )
+    if not group.is_leader(member.member_id):
+        members = ()
+    return generation_response(group, member.member_id, group.leader_id, members)
 
 
 def member_list(group: Group) -> tuple[JoinGroupMember, ...]:
