@@ -104,7 +104,7 @@ class GroupCoordinator:
             LogOnly: _log_written,
         }
 
-    # ==== requests =============================================================================
+    # ==== requests ==============================================================================
 
     def join_group(self, handle: int, req: JoinGroupRequest, now: int) -> Result:
         return self._membership.join_group(handle, req, now)
@@ -135,7 +135,7 @@ class GroupCoordinator:
     ) -> list[ListedGroup]:
         return view.list_groups(self.groups, states_filter, types_filter)
 
-    # ==== admin operations (the project's own, no Kafka API) ===================================
+    # ==== admin operations (the project's own, no Kafka API) ====================================
 
     def register_static_members(
         self, handle: int, group_id: str, instance_ids: list[str], timeout_ms: int, now: int
@@ -152,7 +152,7 @@ class GroupCoordinator:
     def force_rebalance(self, handle: int, group_id: str, reason: str, now: int) -> Result:
         return self._rebalancer.force_rebalance(handle, group_id, reason, now)
 
-    # ==== read-only views (metrics, admin API) =================================================
+    # ==== read-only views (metrics, admin API) ==================================================
 
     def groups_view(self) -> tuple[GroupSummary, ...]:
         """Every group of the partition, Dead ones (being deleted) included."""
@@ -162,7 +162,7 @@ class GroupCoordinator:
         """One group in full; None if it does not exist or is being deleted."""
         return view.snapshot(self.groups, group_id)
 
-    # ==== timers and write completions =========================================================
+    # ==== timers and write completions ==========================================================
 
     def next_deadline(self) -> int | None:
         return self._queue.next_deadline()
@@ -186,7 +186,7 @@ class GroupCoordinator:
         self._on_written[type(cont)](cont, failure, now, out)
         return out
 
-    # ==== replay and loading (spec §7) ===========================================================
+    # ==== replay and loading (spec §7) ==========================================================
 
     def replay(self, record: Record) -> None:
         replay(self.groups, record)

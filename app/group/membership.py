@@ -1,5 +1,5 @@
-"""The member-facing requests: JoinGroup (spec §2), SyncGroup (§3), Heartbeat (§4.1) and
-LeaveGroup (§4.3), and the completions of the writes they start."""
+"""The member-facing requests: JoinGroup, SyncGroup, Heartbeat and LeaveGroup, and the
+completions of the writes they start."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class Membership:
         self.rebalancer = rebalancer
         self.registrations = registrations
 
-    # ==== JoinGroup (spec §2) ==================================================================
+    # ==== JoinGroup (spec §2) ===================================================================
 
     def join_group(self, handle: int, req: JoinGroupRequest, now: int) -> Result:
         out = Result()
@@ -330,7 +330,7 @@ class Membership:
             response = generation_response(group, cont.new_member_id, cont.leader_before)
         out.reply(cont.handle, response)
 
-    # ==== SyncGroup (spec §3) ==================================================================
+    # ==== SyncGroup (spec §3) ===================================================================
 
     def sync_group(self, handle: int, req: SyncGroupRequest, now: int) -> Result:
         out = Result()
@@ -409,7 +409,7 @@ class Membership:
         group.transition(GroupState.STABLE, now)
         self.registrations.close_if_complete(group, out)
 
-    # ==== Heartbeat (spec §4.1) ================================================================
+    # ==== Heartbeat (spec §4.1) =================================================================
 
     def heartbeat(self, req: HeartbeatRequest, now: int) -> HeartbeatResponse:
         if not req.group_id:
@@ -427,12 +427,14 @@ class Membership:
         if group.is_(GroupState.EMPTY):
             return HeartbeatResponse(Error.UNKNOWN_MEMBER_ID)
         member = group.members[req.member_id]
-        self.rebalancer.reschedule_session(group, member, now, member.session_timeout_ms)
+        # the hottest path: the queue directly, one call fewer than reschedule_session
+        key = heartbeat_key(group.group_id, member.member_id)
+        self.queue.schedule(key, now + member.session_timeout_ms)
         if group.is_(GroupState.PREPARING_REBALANCE):
             return HeartbeatResponse(Error.REBALANCE_IN_PROGRESS)
         return HeartbeatResponse(Error.NONE)
 
-    # ==== LeaveGroup (spec §4.3) ===============================================================
+    # ==== LeaveGroup (spec §4.3) ================================================================
 
     def leave_group(self, handle: int, req: LeaveGroupRequest, now: int) -> Result:
         out = Result()
@@ -494,7 +496,7 @@ class Membership:
         self.rebalancer.remove_member_and_update_group(group, group.members[member_id], now, out)
         return Error.NONE
 
-    # ==== unloading (spec §7) ==================================================================
+    # ==== unloading =============================================================================
 
     def answer_parked(self, error: Error, out: Result) -> None:
         """Answer every parked JoinGroup and SyncGroup with `error`."""

@@ -45,7 +45,7 @@ class Offsets:
         self.groups = groups
         self.queue = queue
 
-    # ==== OffsetCommit / OffsetFetch ===========================================================
+    # ==== OffsetCommit / OffsetFetch ============================================================
 
     def offset_commit(self, handle: int, req: OffsetCommitRequest, now: int) -> Result:
         out = Result()
@@ -160,7 +160,7 @@ class Offsets:
                 )
         return OffsetFetchResponse(req.group_id, Error.NONE, tuple(out))
 
-    # ==== retention (spec §5.3) ================================================================
+    # ==== retention (spec §5.3) =================================================================
 
     def on_retention_timer(self, now: int, out: Result) -> None:
         self.queue.schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
@@ -218,7 +218,7 @@ class Offsets:
                 expired.append(tp)
         return expired
 
-    # ==== DeleteGroups (spec §6) ===============================================================
+    # ==== DeleteGroups ==========================================================================
 
     def delete_group(self, handle: int, group_id: str, now: int) -> Result:
         out = Result()

@@ -79,7 +79,7 @@ class Rebalancer:
     def reschedule_session(self, group: Group, member: Member, now: int, timeout: int) -> None:
         self.queue.schedule(heartbeat_key(group.group_id, member.member_id), now + timeout)
 
-    # ==== the join phase =======================================================================
+    # ==== the join phase ========================================================================
 
     def prepare_rebalance(self, group: Group, now: int, out: Result, reason: str) -> None:
         # why and when, for the log (GroupMetadataValue v1) and the rebalance counters
@@ -197,7 +197,7 @@ class Rebalancer:
             out.reply(handle, AdminResult(Error.NONE, "rebalance started"))
         return out
 
-    # ==== the sync phase =======================================================================
+    # ==== the sync phase ========================================================================
 
     def mark_synced(self, group: Group, member_id: str) -> None:
         pending_sync = group.transient.pending_sync
@@ -227,7 +227,7 @@ class Rebalancer:
                 out.reply(member.awaiting_sync, SyncGroupResponse(error))
                 member.awaiting_sync = None
 
-    # ==== members leaving ======================================================================
+    # ==== members leaving =======================================================================
 
     def remove_member(
         self, group: Group, member: Member, out: Result, answer_join: bool = True

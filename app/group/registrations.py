@@ -96,7 +96,7 @@ class Registrations:
         message = f"the registration was not written ({error.name})"
         out.reply(cont.handle, AdminResult(error, message))
 
-    # ==== the scale-up =========================================================================
+    # ==== the scale-up ==========================================================================
 
     def member_arrived(self, group: Group, instance_id: str, now: int, out: Result) -> None:
         """A registered instance's first JoinGroup."""

@@ -1,4 +1,4 @@
-"""replay(record): the one way durable group state changes (spec §7).
+"""replay(record): the one way durable group state changes.
 
 Loading replays every record; live writes replay their offset commits and tombstones once
 durable. (Live group-metadata writes describe in-memory state that handlers already hold, as

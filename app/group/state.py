@@ -9,6 +9,7 @@ its own records: the membership (GROUP_METADATA: the fields of `Group` itself), 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from types import MappingProxyType
@@ -113,7 +114,7 @@ class Registration:
     timeout_ms: int = 0
     registered_ms: int = -1
     expansion_started_ms: int = -1  # first JoinGroup of a registered instance
-    # the instances of the batch that have not joined yet (a load drops the members)
+    # the instances of the batch that have not joined yet (a load drops those that did)
     registered: dict[str, None] = field(default_factory=dict)
 
     @classmethod
@@ -145,13 +146,13 @@ class Registration:
 
 @dataclass(slots=True)
 class GroupTransient:
-    """What a group holds only in memory: never written, empty after a load (spec §7)."""
+    """What a group holds only in memory: never written, empty after a load."""
 
     previous_state: GroupState = GroupState.EMPTY
     pending_members: set[str] = field(default_factory=set)  # KIP-394 ids handed out
     pending_sync: set[str] = field(default_factory=set)
     join_phase: JoinPhase | None = None
-    # the initial rebalance's delay windows (spec §2.7)
+    # the initial rebalance's delay windows
     new_member_added: bool = False
     initial_window_ms: int = 0
     initial_remaining_ms: int = 0
@@ -264,19 +265,19 @@ class Group:
     # -- read-only shortcuts into the parts (for readers: tests, views) ----------------------
 
     @property
-    def pending_members(self) -> set[str]:
+    def pending_members(self) -> AbstractSet[str]:
         return self.transient.pending_members
 
     @property
-    def pending_sync(self) -> set[str]:
+    def pending_sync(self) -> AbstractSet[str]:
         return self.transient.pending_sync
 
     @property
-    def static_in_flight(self) -> dict[str, DurableStatic]:
+    def static_in_flight(self) -> Mapping[str, DurableStatic]:
         return self.transient.static_in_flight
 
     @property
-    def pending_offset_commits(self) -> dict[tuple[str, int], int]:
+    def pending_offset_commits(self) -> Mapping[tuple[str, int], int]:
         return self.transient.pending_offset_commits
 
     @property
