@@ -58,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
 
-from app.group.coordinator import CoreConfig, GroupCoordinator  # noqa: E402
+from app.group.config import CoreConfig  # noqa: E402
+from app.group.coordinator import GroupCoordinator  # noqa: E402
 from app.group.records import (  # noqa: E402
     GroupMetadataValue,
     MemberValue,

@@ -249,8 +249,10 @@ def _timer_bytes(core: Any) -> int:
 def _model(a: dict[str, Any]) -> dict[str, Any]:
     """The same members through the pure state machine, under tracemalloc: the Python heap
     the node's core state needs, split into payload, bookkeeping and timers."""
-    from app.group.coordinator import CoreConfig, GroupCoordinator, SyncDone
+    from app.group.config import CoreConfig
+    from app.group.coordinator import GroupCoordinator
     from app.group.messages import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
+    from app.group.results import SyncDone
 
     groups, members = a["groups"], a["members"]
     core = GroupCoordinator(

@@ -36,8 +36,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from app.group.config import CoreConfig
 from app.group.consumer_protocol import decode_assignment, decode_subscription
-from app.group.coordinator import CoreConfig, GroupCoordinator, Result
+from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
     Error,
     HeartbeatRequest,
@@ -52,6 +53,7 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.group.records import Record, TopicValue, partition_for, topic_record
+from app.group.results import Result
 from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -1,11 +1,29 @@
-"""Group and member state (spec §1). Plain data plus the few invariants Kafka keeps on them."""
+"""Group and member state (spec §1). Plain data plus the few invariants Kafka keeps on them.
+
+A group's durable state comes in three parts, one per record type, and replay builds each from
+its own records: the membership (GROUP_METADATA: the fields of `Group` itself), `offsets`
+(OFFSET_COMMIT) and `registration` (STATIC_REGISTRATION). Everything else is transient
+(`GroupTransient`, and a member's parked requests): never written, empty after a load.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum, StrEnum
+from types import MappingProxyType
 
-from app.group.records import OffsetValue
+from app.group.messages import Error
+from app.group.records import (
+    GroupMetadataValue,
+    MemberValue,
+    OffsetValue,
+    Record,
+    RegistrationValue,
+    group_record,
+    registration_record,
+)
 
 
 class GroupState(StrEnum):
@@ -32,6 +50,13 @@ class IllegalStateTransition(RuntimeError):
     pass
 
 
+class JoinPhase(Enum):
+    """What the join timer of a PreparingRebalance group waits for."""
+
+    INITIAL = "initial"  # the delayed initial rebalance's windows (spec §2.7)
+    REBALANCE = "rebalance"  # the rebalance timeout; completes early once all have joined
+
+
 @dataclass(slots=True)
 class Member:
     member_id: str
@@ -43,6 +68,8 @@ class Member:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     assignment: bytes = b""
+    # transient: the member's parked requests, kept here (not in a map beside it) because
+    # every member has them and a second object per member would cost memory
     awaiting_join: int | None = None  # handle of the parked JoinGroup
     awaiting_sync: int | None = None  # handle of the parked SyncGroup
     is_new: bool = False
@@ -80,8 +107,70 @@ class DurableStatic:
 
 
 @dataclass(slots=True)
+class Registration:
+    """Static members registered ahead of a scale-up (admin API), as its record holds it."""
+
+    batch: tuple[str, ...] = ()  # the open registration, as persisted
+    timeout_ms: int = 0
+    registered_ms: int = -1
+    expansion_started_ms: int = -1  # first JoinGroup of a registered instance
+    # the instances of the batch that have not joined yet (a load drops those that did)
+    registered: dict[str, None] = field(default_factory=dict)
+
+    @classmethod
+    def from_value(cls, v: RegistrationValue) -> Registration:
+        return cls(
+            v.expected,
+            v.expansion_timeout_ms,
+            v.registered_ms,
+            v.expansion_started_ms,
+            dict.fromkeys(v.expected),
+        )
+
+    def record(self, group_id: str, dropped: tuple[str, ...] = ()) -> Record:
+        """The open registration keeps its whole batch until the scale-up is durable, so a
+        failover mid-expansion still expects members whose join was not yet synced."""
+        value = RegistrationValue(
+            self.batch, self.timeout_ms, self.registered_ms, self.expansion_started_ms, dropped
+        )
+        return registration_record(group_id, value)
+
+    def holds_join(self, now: int) -> bool:
+        """A registered scale-up is under way: the join phase waits for the rest of it."""
+        return (
+            bool(self.registered)
+            and self.expansion_started_ms >= 0
+            and now < self.expansion_started_ms + self.timeout_ms
+        )
+
+
+@dataclass(slots=True)
+class GroupTransient:
+    """What a group holds only in memory: never written, empty after a load."""
+
+    previous_state: GroupState = GroupState.EMPTY
+    pending_members: set[str] = field(default_factory=set)  # KIP-394 ids handed out
+    pending_sync: set[str] = field(default_factory=set)
+    join_phase: JoinPhase | None = None
+    # the initial rebalance's delay windows
+    new_member_added: bool = False
+    initial_window_ms: int = 0
+    initial_remaining_ms: int = 0
+    # generation whose leader assignment is being written (one write per generation)
+    assignment_write_generation: int | None = None
+    # instance id -> durable identity, while static-replacement writes are in flight
+    static_in_flight: dict[str, DurableStatic] = field(default_factory=dict)
+    # offset commits being written, per partition: fetch with require_stable waits on them
+    pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+_NOTHING_REGISTERED: Mapping[str, None] = MappingProxyType({})
+
+
+@dataclass(slots=True)
 class Group:
     group_id: str
+    # -- durable: what a GROUP_METADATA record holds -----------------------------------------
     state: GroupState = GroupState.EMPTY
     state_timestamp: int | None = None
     protocol_type: str | None = None
@@ -90,39 +179,123 @@ class Group:
     leader_id: str | None = None
     # insertion-ordered: "oldest member" is the deterministic leader fallback (spec §1)
     members: dict[str, Member] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: set[str] = field(default_factory=set)
-    pending_sync: set[str] = field(default_factory=set)
-    protocol_support: dict[str, int] = field(default_factory=dict)
-    awaiting_join_count: int = 0
-    new_member_added: bool = False
-    previous_state: GroupState = GroupState.EMPTY
-    # join timer: "initial" windows (spec §2.7) or a plain rebalance-timeout "rebalance" timer
-    join_timer_kind: str | None = None
-    initial_window_ms: int = 0
-    initial_remaining_ms: int = 0
-    # generation whose leader assignment is being written (one write per generation)
-    assignment_write_generation: int | None = None
-    # instance id -> durable identity, while static-replacement writes are in flight
-    static_in_flight: dict[str, DurableStatic] = field(default_factory=dict)
     # why and when the current/last rebalance started (GroupMetadataValue v1)
     rebalance_reason: str | None = None
     rebalance_started_ms: int = -1
-    # static members registered ahead of a scale-up that have not joined yet (admin API)
-    registered: dict[str, None] = field(default_factory=dict)
-    registration_batch: tuple[str, ...] = ()  # the open registration, as persisted
-    registration_timeout_ms: int = 0
-    registered_ms: int = -1
-    expansion_started_ms: int = -1  # first JoinGroup of a registered instance
+    # -- indexes over `members`, kept by add/remove ------------------------------------------
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    protocol_support: dict[str, int] = field(default_factory=dict)
+    awaiting_join_count: int = 0
+    # -- durable, from their own records -----------------------------------------------------
     offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
-    pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+    registration: Registration | None = None  # None: never registered
+    # -- transient ---------------------------------------------------------------------------
+    transient: GroupTransient = field(default_factory=GroupTransient)
+
+    # -- records ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_metadata(cls, group_id: str, v: GroupMetadataValue) -> Group:
+        """The membership part as a GROUP_METADATA record holds it (the inverse of
+        `metadata_record`)."""
+        group = cls(
+            group_id,
+            state=GroupState.STABLE if v.members else GroupState.EMPTY,
+            state_timestamp=None if v.current_state_timestamp < 0 else v.current_state_timestamp,
+            protocol_type=v.protocol_type or None,
+            protocol_name=v.protocol_name,
+            generation=v.generation,
+        )
+        for mv in v.members:
+            group.add(
+                Member(
+                    member_id=mv.member_id,
+                    group_instance_id=mv.group_instance_id,
+                    client_id=mv.client_id,
+                    client_host=mv.client_host,
+                    rebalance_timeout_ms=mv.rebalance_timeout_ms
+                    if mv.rebalance_timeout_ms >= 0
+                    else mv.session_timeout_ms,
+                    session_timeout_ms=mv.session_timeout_ms,
+                    protocol_type=v.protocol_type,
+                    protocols=((v.protocol_name or "", mv.subscription),),
+                    assignment=mv.assignment,
+                )
+            )
+        group.leader_id = v.leader
+        group.rebalance_reason = v.rebalance_reason
+        group.rebalance_started_ms = v.rebalance_started_ms
+        return group
+
+    def metadata_record(
+        self, assignments: dict[str, bytes] | None = None, skip_assignment: bool = False
+    ) -> Record:
+        proto = self.protocol_name
+        members = tuple(
+            MemberValue(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                session_timeout_ms=m.session_timeout_ms,
+                subscription=m.metadata(proto),
+                assignment=m.assignment if assignments is None else assignments[m.member_id],
+            )
+            for m in self.members.values()
+        )
+        value = GroupMetadataValue(
+            protocol_type=self.protocol_type or "",
+            generation=self.generation,
+            protocol_name=proto,
+            leader=self.leader_id,
+            current_state_timestamp=-1 if self.state_timestamp is None else self.state_timestamp,
+            members=members,
+            rebalance_reason=self.rebalance_reason,
+            rebalance_started_ms=self.rebalance_started_ms,
+            skip_assignment=skip_assignment,
+        )
+        return group_record(self.group_id, value)
+
+    def open_registration(self) -> Registration:
+        if self.registration is None:
+            self.registration = Registration()
+        return self.registration
+
+    # -- read-only shortcuts into the parts (for readers: tests, views) ----------------------
+
+    @property
+    def pending_members(self) -> AbstractSet[str]:
+        return self.transient.pending_members
+
+    @property
+    def pending_sync(self) -> AbstractSet[str]:
+        return self.transient.pending_sync
+
+    @property
+    def static_in_flight(self) -> Mapping[str, DurableStatic]:
+        return self.transient.static_in_flight
+
+    @property
+    def pending_offset_commits(self) -> Mapping[tuple[str, int], int]:
+        return self.transient.pending_offset_commits
+
+    @property
+    def registered(self) -> Mapping[str, None]:
+        reg = self.registration
+        return _NOTHING_REGISTERED if reg is None else reg.registered
+
+    @property
+    def expansion_started_ms(self) -> int:
+        reg = self.registration
+        return -1 if reg is None else reg.expansion_started_ms
 
     # -- state ------------------------------------------------------------------------------
 
     def transition(self, target: GroupState, now: int) -> None:
         if self.state not in VALID_PREVIOUS[target]:
             raise IllegalStateTransition(f"{self.group_id}: {self.state.value} -> {target.value}")
-        self.previous_state = self.state
+        self.transient.previous_state = self.state
         self.state = target
         self.state_timestamp = now
 
@@ -156,8 +329,8 @@ class Group:
         ):
             del self.static_members[member.group_instance_id]
             # a later member with this instance id starts a new identity history
-            self.static_in_flight.pop(member.group_instance_id, None)
-        self.pending_sync.discard(member_id)
+            self.transient.static_in_flight.pop(member.group_instance_id, None)
+        self.transient.pending_sync.discard(member_id)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)  # oldest remaining member
         return member
@@ -170,9 +343,10 @@ class Group:
         self.static_members[instance_id] = new_id
         if self.leader_id == old_id:
             self.leader_id = new_id
-        if old_id in self.pending_sync:
-            self.pending_sync.discard(old_id)
-            self.pending_sync.add(new_id)
+        pending_sync = self.transient.pending_sync
+        if old_id in pending_sync:
+            pending_sync.discard(old_id)
+            pending_sync.add(new_id)
         return member
 
     def update_protocols(self, member: Member, protocols: tuple[tuple[str, bytes], ...]) -> None:
@@ -197,19 +371,26 @@ class Group:
 
     # -- queries ----------------------------------------------------------------------------
 
+    def validate_member(self, member_id: str, instance_id: str | None) -> Error:
+        """spec §2.4 validateCurrentMember, shared by Join/Sync/Heartbeat/Leave/Commit."""
+        if instance_id is not None:
+            known = self.static_members.get(instance_id)
+            if known is None:
+                return Error.UNKNOWN_MEMBER_ID
+            if known != member_id:
+                return Error.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return Error.UNKNOWN_MEMBER_ID
+        return Error.NONE
+
     def expansion_holds_join(self, now: int) -> bool:
-        """A registered scale-up is under way: the join phase waits for the rest of it."""
-        return (
-            bool(self.registered)
-            and self.expansion_started_ms >= 0
-            and now < self.expansion_started_ms + self.registration_timeout_ms
-        )
+        return self.registration is not None and self.registration.holds_join(now)
 
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
 
     def has_all_members_joined(self) -> bool:
-        return len(self.members) == self.awaiting_join_count and not self.pending_members
+        return len(self.members) == self.awaiting_join_count and not self.transient.pending_members
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -246,6 +427,17 @@ class Group:
             GroupState.STABLE,
             GroupState.COMPLETING_REBALANCE,
             GroupState.EMPTY,
+        )
+
+    def is_unused(self) -> bool:
+        """Nothing in it, nothing written: what a failed first join or commit leaves behind."""
+        return (
+            self.state is GroupState.EMPTY
+            and not self.members
+            and not self.transient.pending_members
+            and not self.offsets
+            and self.generation == 0
+            and not self.transient.pending_offset_commits
         )
 
     def subscribed_topics(self) -> set[str] | None:

@@ -22,14 +22,8 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from app.config import Settings
-from app.group.coordinator import (
-    AppendFailure,
-    Continuation,
-    CoreConfig,
-    GroupCoordinator,
-    Reply,
-    Result,
-)
+from app.group.config import CoreConfig
+from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
     AdminResult,
     DeleteGroupResult,
@@ -60,6 +54,7 @@ from app.group.records import (
     partition_for,
     topic_record,
 )
+from app.group.results import AppendFailure, Continuation, Reply, Result
 from app.runtime import placement
 from app.runtime.metrics import NodeMetrics
 from app.service import Broker, ClusterView, CoordinatorLookup

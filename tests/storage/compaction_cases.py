@@ -6,7 +6,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from app.group.coordinator import CoreConfig, GroupCoordinator
+from app.group.config import CoreConfig
+from app.group.coordinator import GroupCoordinator
 from app.group.records import (
     GroupMetadataValue,
     MemberValue,

@@ -14,15 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.group.coordinator import (
-    AppendFailure,
-    CoreConfig,
-    GroupCoordinator,
-    LogOnly,
-    Reply,
-    Result,
-    Write,
-)
+from app.group.config import CoreConfig
+from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
     DeleteGroupResult,
     DescribedGroup,
@@ -53,6 +46,7 @@ from app.group.records import (
     decode_offset_key,
     decode_offset_value,
 )
+from app.group.results import AppendFailure, LogOnly, Reply, Result, Write
 from app.group.state import Group, GroupState
 
 T = TypeVar("T")

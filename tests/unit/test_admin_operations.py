@@ -3,9 +3,9 @@ rebalance. They have no Kafka reference; the rules are the project's (issue 4, R
 
 from __future__ import annotations
 
-from app.group.coordinator import AppendFailure
 from app.group.messages import AdminResult, Error
 from app.group.records import RecordType, decode_registration_value
+from app.group.results import AppendFailure
 from app.group.state import GroupState
 from tests.unit.context import GROUP, Context
 

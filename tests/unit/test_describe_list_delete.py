@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.group.coordinator import AppendFailure
 from app.group.messages import DescribedMember, Error, ListedGroup
+from app.group.results import AppendFailure
 from app.group.state import GroupState
 from tests.unit.context import Context, subscription
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.group.coordinator import CoreConfig
+from app.group.config import CoreConfig
 from app.group.messages import Error, JoinGroupMember
 from app.group.state import GroupState
 from tests.unit.context import (

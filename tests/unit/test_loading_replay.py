@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 
-from app.group.coordinator import CoreConfig, GroupCoordinator
+from app.group.config import CoreConfig
+from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.group.records import (
     GroupMetadataValue,

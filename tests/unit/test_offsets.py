@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.group.coordinator import AppendFailure, CoreConfig
+from app.group.config import CoreConfig
 from app.group.messages import Error, FetchedOffset, OffsetCommitPartition
+from app.group.results import AppendFailure
 from app.group.state import GroupState
 from tests.unit.context import GROUP, Context, subscription
 

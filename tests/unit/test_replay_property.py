@@ -24,9 +24,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.group.coordinator import AppendFailure, LogOnly
 from app.group.messages import Error, JoinGroupResponse, LeaveMember
 from app.group.records import RecordType, decode_group_key, decode_offset_key
+from app.group.results import AppendFailure, LogOnly
 from app.group.state import Group, GroupState
 from tests.unit.context import Context, subscription
 

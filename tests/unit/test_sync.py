@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from app.group.coordinator import AppendFailure
 from app.group.messages import Error, LeaveMember
+from app.group.results import AppendFailure
 from app.group.state import GroupState
 from tests.unit.context import GROUP, REBALANCE_MS, Context, subscription
 

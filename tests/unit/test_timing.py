@@ -3,7 +3,7 @@ the only-static-not-rejoined re-arm and pending-sync expiry."""
 
 from __future__ import annotations
 
-from app.group.coordinator import CoreConfig
+from app.group.config import CoreConfig
 from app.group.messages import Error
 from app.group.state import GroupState
 from tests.unit.context import DELAY_MS as D

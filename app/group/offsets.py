@@ -1,0 +1,281 @@
+"""Committed offsets (spec §5): OffsetCommit, OffsetFetch, retention, and DeleteGroups, whose
+tombstones end a group's offsets with it (Kafka's OffsetMetadataManager).
+
+Committed offsets become visible only once durable: the completion replays the records.
+"""
+
+from __future__ import annotations
+
+from app.group.config import CoreConfig
+from app.group.messages import (
+    DeleteGroupResult,
+    Error,
+    FetchedOffset,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    PartitionResult,
+)
+from app.group.records import (
+    OFFSET_SOURCE_MEMBER,
+    OFFSET_SOURCE_RESET,
+    OffsetValue,
+    Record,
+    group_record,
+    offset_record,
+)
+from app.group.replay import drop_if_unused, replay
+from app.group.results import (
+    AppendFailure,
+    OffsetsDone,
+    Result,
+    TombstonesDone,
+    Write,
+    group_write_error,
+    offset_write_error,
+)
+from app.group.state import Group, GroupState
+from app.group.timers import RETENTION_KEY, TimerQueue, heartbeat_key
+
+
+class Offsets:
+    def __init__(self, config: CoreConfig, groups: dict[str, Group], queue: TimerQueue) -> None:
+        self.config = config
+        self.groups = groups
+        self.queue = queue
+
+    # ==== OffsetCommit / OffsetFetch ============================================================
+
+    def offset_commit(self, handle: int, req: OffsetCommitRequest, now: int) -> Result:
+        out = Result()
+
+        def fail_all(error: Error) -> Result:
+            out.reply(
+                handle,
+                OffsetCommitResponse(
+                    tuple(PartitionResult(p.topic, p.partition, error) for p in req.partitions)
+                ),
+            )
+            return out
+
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.generation_id >= 0:
+                return fail_all(
+                    Error.GROUP_ID_NOT_FOUND
+                    if req.unknown_group_not_found
+                    else Error.ILLEGAL_GENERATION
+                )
+            group = Group(req.group_id, state_timestamp=now)  # a "simple" group
+            self.groups[req.group_id] = group
+        error = _commit_error(group, req)
+        if error is not Error.NONE:
+            return fail_all(error)
+        member = group.members.get(req.member_id)
+        if member is not None and group.state in (
+            GroupState.STABLE,
+            GroupState.PREPARING_REBALANCE,
+        ):
+            deadline = now + member.session_timeout_ms
+            self.queue.schedule(heartbeat_key(group.group_id, member.member_id), deadline)
+        results: list[PartitionResult] = []
+        records: list[Record] = []
+        written: list[tuple[str, int]] = []
+        expire = now + req.retention_time_ms if req.retention_time_ms != -1 else -1
+        # no member, generation -1, Empty group: a reset, which the audit must tell apart
+        # from members' commits (OffsetValue v1)
+        source = (
+            OFFSET_SOURCE_RESET
+            if req.generation_id < 0 and member is None and group.is_(GroupState.EMPTY)
+            else OFFSET_SOURCE_MEMBER
+        )
+        for p in req.partitions:
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                results.append(
+                    PartitionResult(p.topic, p.partition, Error.OFFSET_METADATA_TOO_LARGE)
+                )
+                continue
+            value = OffsetValue(p.offset, p.leader_epoch, metadata, now, expire, source)
+            records.append(offset_record(group.group_id, p.topic, p.partition, value))
+            written.append((p.topic, p.partition))
+        if not records:
+            out.reply(handle, OffsetCommitResponse(tuple(results)))
+            drop_if_unused(self.groups, group)  # a simple group created for nothing
+            return out
+        pending = group.transient.pending_offset_commits
+        for tp in written:
+            pending[tp] = pending.get(tp, 0) + 1
+        out.writes.append(
+            Write(
+                records,
+                OffsetsDone(group.group_id, handle, tuple(results), tuple(written), tuple(records)),
+            )
+        )
+        return out
+
+    def offsets_written(
+        self, cont: OffsetsDone, failure: AppendFailure | None, now: int, out: Result
+    ) -> None:
+        group = self.groups.get(cont.group_id)
+        if group is not None:
+            pending = group.transient.pending_offset_commits
+            for tp in cont.written:
+                n = pending.get(tp, 0) - 1
+                if n > 0:
+                    pending[tp] = n
+                else:
+                    pending.pop(tp, None)
+        if failure is None:
+            for record in cont.records:
+                replay(self.groups, record)  # spec §5.1: visible only once durable
+            error = Error.NONE
+        else:
+            error = offset_write_error(failure)
+            if group is not None:
+                drop_if_unused(self.groups, group)  # a simple group whose first commit failed
+        if cont.handle is not None:
+            results = cont.results + tuple(PartitionResult(t, p, error) for t, p in cont.written)
+            out.reply(cont.handle, OffsetCommitResponse(results))
+
+    def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        group = self.groups.get(req.group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            parts = tuple(FetchedOffset(t, p) for t, p in (req.partitions or ()))
+            return OffsetFetchResponse(req.group_id, Error.NONE, parts)
+        wanted = sorted(group.offsets) if req.partitions is None else list(req.partitions)
+        pending = group.transient.pending_offset_commits
+        out = []
+        for tp in wanted:
+            if req.require_stable and pending.get(tp):
+                out.append(FetchedOffset(tp[0], tp[1], error=Error.UNSTABLE_OFFSET_COMMIT))
+                continue
+            value = group.offsets.get(tp)
+            if value is None:
+                out.append(FetchedOffset(tp[0], tp[1]))
+            else:
+                out.append(
+                    FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata)
+                )
+        return OffsetFetchResponse(req.group_id, Error.NONE, tuple(out))
+
+    # ==== retention (spec §5.3) =================================================================
+
+    def on_retention_timer(self, now: int, out: Result) -> None:
+        self.queue.schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
+        for group in list(self.groups.values()):
+            if group.is_(GroupState.DEAD):
+                continue
+            expired = self._expired_offsets(group, now)
+            records = [offset_record(group.group_id, t, p, None) for t, p in expired]
+            pending = group.transient
+            kills = (
+                group.is_(GroupState.EMPTY)
+                and not group.members
+                and not pending.pending_members
+                and not pending.pending_offset_commits  # Kafka: hasOffsets counts pending ones
+                and len(expired) == len(group.offsets)
+            )
+            before = group.state_timestamp
+            if kills:
+                records.append(group_record(group.group_id, None))
+                group.transition(GroupState.DEAD, now)
+            if records:
+                done = TombstonesDone(group.group_id, None, tuple(records), kills, before)
+                out.writes.append(Write(records, done))
+
+    def _expired_offsets(self, group: Group, now: int) -> list[tuple[str, int]]:
+        """spec §5.3: the group's state decides whether offsets may expire at all and from
+        which base time; an explicit expire timestamp replaces only the age test."""
+        retention = self.config.offsets_retention_ms
+        use_state_time = False
+        kept_topics: set[str] = set()
+        if group.protocol_type and group.is_(GroupState.EMPTY):
+            use_state_time = group.state_timestamp is not None
+        elif (
+            group.protocol_type == "consumer"
+            and group.is_(GroupState.STABLE)
+            and group.members
+            and (subscribed := group.subscribed_topics()) is not None
+        ):
+            kept_topics = subscribed  # only offsets of topics nobody subscribes to
+        elif group.protocol_type:
+            return []  # rebalancing, or a non-consumer protocol with members
+        pending = group.transient.pending_offset_commits
+        expired: list[tuple[str, int]] = []
+        for tp, value in group.offsets.items():
+            if tp[0] in kept_topics or pending.get(tp):
+                continue
+            if value.expire_timestamp != -1:
+                if now >= value.expire_timestamp:
+                    expired.append(tp)
+                continue
+            since = value.commit_timestamp
+            if use_state_time and group.state_timestamp is not None:
+                since = group.state_timestamp
+            if now - since >= retention:
+                expired.append(tp)
+        return expired
+
+    # ==== DeleteGroups ==========================================================================
+
+    def delete_group(self, handle: int, group_id: str, now: int) -> Result:
+        out = Result()
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            out.reply(handle, DeleteGroupResult(group_id, Error.GROUP_ID_NOT_FOUND))
+            return out
+        if not group.is_(GroupState.EMPTY):
+            out.reply(handle, DeleteGroupResult(group_id, Error.NON_EMPTY_GROUP))
+            return out
+        # Offsets still being written are tombstoned too: their records precede these in the
+        # log, so a reload must not resurrect them (spec §6: fetch returns -1 afterwards).
+        partitions = list(group.offsets)
+        partitions += [
+            tp for tp in group.transient.pending_offset_commits if tp not in group.offsets
+        ]
+        records = [offset_record(group_id, t, p, None) for t, p in partitions]
+        records.append(group_record(group_id, None))
+        before = group.state_timestamp
+        group.transition(GroupState.DEAD, now)
+        done = TombstonesDone(group_id, handle, tuple(records), True, before)
+        out.writes.append(Write(records, done))
+        return out
+
+    def tombstones_written(
+        self, cont: TombstonesDone, failure: AppendFailure | None, now: int, out: Result
+    ) -> None:
+        group = self.groups.get(cont.group_id)
+        if failure is not None:
+            if cont.kills_group and group is not None and group.is_(GroupState.DEAD):
+                # the group was never deleted: back to its last durable state
+                group.state = GroupState.EMPTY
+                group.state_timestamp = cont.state_timestamp_before
+            if cont.handle is not None:
+                out.reply(cont.handle, DeleteGroupResult(cont.group_id, group_write_error(failure)))
+            return
+        for record in cont.records:
+            replay(self.groups, record)
+        if cont.kills_group:
+            self.groups.pop(cont.group_id, None)
+        if cont.handle is not None:
+            out.reply(cont.handle, DeleteGroupResult(cont.group_id, Error.NONE))
+
+
+def _commit_error(group: Group, req: OffsetCommitRequest) -> Error:
+    if group.is_(GroupState.DEAD):
+        return Error.COORDINATOR_NOT_AVAILABLE
+    if req.generation_id < 0 and group.is_(GroupState.EMPTY):
+        return Error.NONE  # admin/simple commit: no member validation
+    if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+        error = group.validate_member(req.member_id, req.group_instance_id)
+        if error is not Error.NONE:
+            return error
+        if req.generation_id != group.generation:
+            return Error.ILLEGAL_GENERATION
+    else:
+        return Error.UNKNOWN_MEMBER_ID
+    if group.is_(GroupState.COMPLETING_REBALANCE):
+        return Error.REBALANCE_IN_PROGRESS
+    return Error.NONE

@@ -1,0 +1,178 @@
+"""Static members registered ahead of a scale-up (addMembersToGroup; the project's admin API,
+no Kafka request): the registration, its expansion deadline, and closing it.
+
+From the first JoinGroup of a registered instance, a join phase of the group does not complete
+until every registered instance has joined or the registration's timeout has passed; the ones
+that never came are then dropped from it (a record says which).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app.group.messages import AdminResult, Error
+from app.group.rebalance import Rebalancer
+from app.group.results import AdminDone, AppendFailure, LogOnly, Result, Write, group_write_error
+from app.group.state import Group, GroupState
+from app.group.timers import TimerKey, TimerQueue, expansion_key
+
+log = logging.getLogger(__name__)
+
+
+class Registrations:
+    def __init__(self, groups: dict[str, Group], queue: TimerQueue, rebalancer: Rebalancer) -> None:
+        self.groups = groups
+        self.queue = queue
+        self.rebalancer = rebalancer
+
+    def register_static_members(
+        self, handle: int, group_id: str, instance_ids: list[str], timeout_ms: int, now: int
+    ) -> Result:
+        """Expect these static members, so their scale-up rebalances once."""
+        out = Result()
+        group = self.groups.get(group_id)
+        problem = _registration_problem(group, instance_ids, timeout_ms)
+        if problem is not None:
+            out.reply(handle, AdminResult(Error.INVALID_REQUEST, problem))
+            return out
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp=now)
+        reg = group.open_registration()
+        reg.registered.update(dict.fromkeys(instance_ids))
+        reg.batch += tuple(instance_ids)
+        reg.timeout_ms = timeout_ms
+        reg.registered_ms = now
+        out.writes.append(
+            Write(
+                [reg.record(group_id)],
+                AdminDone(group_id, handle, "registered", added=tuple(instance_ids)),
+            )
+        )
+        return out
+
+    def unregister_static_member(
+        self, handle: int, group_id: str, instance_id: str, now: int
+    ) -> Result:
+        """Withdraw a registration that has not joined yet."""
+        out = Result()
+        group = self.groups.get(group_id)
+        reg = None if group is None else group.registration
+        if group is None or reg is None or instance_id not in reg.registered:
+            out.reply(handle, AdminResult(Error.UNKNOWN_MEMBER_ID, "not registered"))
+            return out
+        del reg.registered[instance_id]
+        dropped = (instance_id,)
+        reg.batch = tuple(i for i in reg.batch if i != instance_id)
+        if not reg.registered:
+            self.queue.cancel(expansion_key(group.group_id))
+        out.writes.append(
+            Write(
+                [reg.record(group_id, dropped)],
+                AdminDone(group_id, handle, "unregistered", removed=dropped),
+            )
+        )
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            self.rebalancer.try_complete_join(group, now, out)
+        return out
+
+    def registration_written(
+        self, cont: AdminDone, failure: AppendFailure | None, now: int, out: Result
+    ) -> None:
+        if failure is None:
+            out.reply(cont.handle, AdminResult(Error.NONE, cont.what))
+            return
+        group = self.groups.get(cont.group_id)
+        if group is not None:  # undo the change: `added` removed, `removed` restored
+            reg = group.open_registration()
+            for instance in cont.added:
+                reg.registered.pop(instance, None)
+            for instance in cont.removed:
+                if instance not in group.static_members:
+                    reg.registered[instance] = None
+            reg.batch = tuple(i for i in reg.batch if i not in cont.added) + tuple(
+                i for i in cont.removed if i not in reg.batch
+            )
+        error = group_write_error(failure)
+        message = f"the registration was not written ({error.name})"
+        out.reply(cont.handle, AdminResult(error, message))
+
+    # ==== the scale-up ==========================================================================
+
+    def member_arrived(self, group: Group, instance_id: str, now: int, out: Result) -> None:
+        """A registered instance's first JoinGroup."""
+        reg = group.registration
+        assert reg is not None  # the instance is registered
+        del reg.registered[instance_id]
+        if reg.expansion_started_ms < 0:
+            reg.expansion_started_ms = now
+            self.queue.schedule(expansion_key(group.group_id), now + reg.timeout_ms)
+            record = reg.record(group.group_id)
+            out.writes.append(Write([record], LogOnly(f"{group.group_id} expansion started")))
+        if not reg.registered:
+            self.queue.cancel(expansion_key(group.group_id))  # closed once its generation syncs
+
+    def close_if_complete(self, group: Group, out: Result) -> None:
+        """Every registered instance is a durable member now: the scale-up is done."""
+        reg = group.registration
+        if reg is not None and reg.batch and not reg.registered:
+            self._close(group, out, ())
+
+    def on_expansion_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
+        dropped = tuple(group.registered)
+        if not dropped:
+            return
+        log.info("group %s: registered static members never joined: %s", group.group_id, dropped)
+        self._close(group, out, dropped)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            self.rebalancer.try_complete_join(group, now, out)
+
+    def on_loaded(self, group: Group, out: Result) -> None:
+        reg = group.registration
+        if reg is None:
+            return
+        for instance in list(reg.registered):
+            if instance in group.static_members:  # its join is durable: it arrived
+                del reg.registered[instance]
+        self.close_if_complete(group, out)
+        if reg.registered and reg.expansion_started_ms >= 0:
+            self.queue.schedule(
+                expansion_key(group.group_id), reg.expansion_started_ms + reg.timeout_ms
+            )
+
+    def _close(self, group: Group, out: Result, dropped: tuple[str, ...]) -> None:
+        self.queue.cancel(expansion_key(group.group_id))
+        reg = group.registration
+        assert reg is not None  # there is a registration to close
+        reg.registered = {}
+        reg.batch = ()
+        reg.expansion_started_ms = -1
+        out.writes.append(
+            Write(
+                [reg.record(group.group_id, dropped)],
+                LogOnly(f"{group.group_id} registration closed"),
+            )
+        )
+
+
+def _registration_problem(
+    group: Group | None, instance_ids: list[str], timeout_ms: int
+) -> str | None:
+    if not instance_ids:
+        return "group_instance_ids must not be empty"
+    if any(not i for i in instance_ids):
+        return "a group.instance.id must not be empty"
+    dupes = sorted({i for i in instance_ids if instance_ids.count(i) > 1})
+    if dupes:
+        return f"duplicate group_instance_ids: {dupes}"
+    if timeout_ms <= 0:
+        return "expansion_timeout_ms must be positive"
+    if group is not None:
+        members = sorted(i for i in instance_ids if i in group.static_members)
+        if members:
+            return f"already members of group {group.group_id!r}: {members}"
+        again = sorted(i for i in instance_ids if i in group.registered)
+        if again:
+            return f"already registered for group {group.group_id!r}: {again}"
+        if group.is_(GroupState.DEAD):
+            return f"group {group.group_id!r} is being deleted"
+    return None

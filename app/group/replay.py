@@ -1,0 +1,82 @@
+"""replay(record): the one way durable group state changes.
+
+Loading replays every record; live writes replay their offset commits and tombstones once
+durable. (Live group-metadata writes describe in-memory state that handlers already hold, as
+Kafka's classic groups do with replayRecords=false.) Each record type builds only its own part
+of a group (see app/group/state.py) and leaves the others as they are.
+"""
+
+from __future__ import annotations
+
+from app.group.records import (
+    Record,
+    RecordType,
+    decode_group_key,
+    decode_group_value,
+    decode_offset_key,
+    decode_offset_value,
+    decode_registration_value,
+)
+from app.group.state import Group, Registration
+
+
+def replay(groups: dict[str, Group], record: Record) -> None:
+    if record.type is RecordType.OFFSET_COMMIT:
+        _replay_offset(groups, record)
+    elif record.type is RecordType.GROUP_METADATA:
+        _replay_group(groups, record)
+    elif record.type is RecordType.STATIC_REGISTRATION:
+        _replay_registration(groups, record)
+
+
+def drop_if_unused(groups: dict[str, Group], group: Group) -> None:
+    """Forget a group that a failed first join left behind with nothing in it."""
+    if group.is_unused():
+        groups.pop(group.group_id, None)
+
+
+def _replay_offset(groups: dict[str, Group], record: Record) -> None:
+    group_id, topic, partition = decode_offset_key(record.key)
+    group = groups.get(group_id)
+    if record.value is None:
+        if group is not None:
+            group.offsets.pop((topic, partition), None)
+            # a group that only existed for its offsets goes with the last of them,
+            # as it would after compaction dropped every record of it
+            drop_if_unused(groups, group)
+        return
+    if group is None:
+        group = groups[group_id] = Group(group_id)
+    group.offsets[(topic, partition)] = decode_offset_value(record.value)
+
+
+def _replay_group(groups: dict[str, Group], record: Record) -> None:
+    group_id = decode_group_key(record.key)
+    old = groups.get(group_id)
+    if record.value is None:
+        # only offsets outlive the group's tombstone
+        if old is not None and old.offsets:
+            groups[group_id] = Group(group_id, offsets=old.offsets)
+        else:
+            groups.pop(group_id, None)
+        return
+    group = Group.from_metadata(group_id, decode_group_value(record.value))
+    if old is not None:  # the parts other records built stay as they are
+        group.offsets = old.offsets
+        group.registration = old.registration
+    groups[group_id] = group
+
+
+def _replay_registration(groups: dict[str, Group], record: Record) -> None:
+    group_id = decode_group_key(record.key)
+    group = groups.get(group_id)
+    if group is None:
+        if record.value is None:
+            return
+        group = groups[group_id] = Group(group_id)
+    if record.value is None:
+        if group.registration is not None:  # closed; its timing fields stay as they were
+            group.registration.registered = {}
+            group.registration.batch = ()
+        return
+    group.registration = Registration.from_value(decode_registration_value(record.value))
