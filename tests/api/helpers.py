@@ -334,9 +334,11 @@ async def eventually(check: Any, timeout: float = 15.0, what: str = "condition")
         await asyncio.sleep(0.05)
 
 
-# ==== the `coordinator` console script ========================================================
+# ==== the `coordinator` command ================================================================
 
-COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
+# what the `coordinator` console script runs (pyproject's [project.scripts]), from this checkout:
+# the script itself imports whichever checkout the virtualenv was installed from
+COORDINATOR = (sys.executable, "-m", "cli.main")
 
 
 @dataclass
@@ -348,8 +350,8 @@ class CliResult:
 
 async def run_cli(*args: str, url: str | None = None, token: str | None = None,
                   timeout: float = 60.0) -> CliResult:
-    """The real console script in a subprocess (asynchronously: the node under test runs on
-    this event loop). The admin URL and token come from COORD_ADMIN_URL/COORD_ADMIN_TOKEN."""
+    """The real command in a subprocess (asynchronously: the node under test runs on this
+    event loop). The admin URL and token come from COORD_ADMIN_URL/COORD_ADMIN_TOKEN."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
     env.update(COLUMNS="200", NO_COLOR="1", TERM="dumb")
     if url is not None:
@@ -357,7 +359,7 @@ async def run_cli(*args: str, url: str | None = None, token: str | None = None,
     if token is not None:
         env["COORD_ADMIN_TOKEN"] = token
     proc = await asyncio.create_subprocess_exec(
-        COORDINATOR, *args, cwd=ROOT, env=env,
+        *COORDINATOR, *args, cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:

@@ -70,7 +70,7 @@ class Node:
         self._logs.append(path)
         with open(path, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "serve"],
+                [sys.executable, "-m", "cli.main", "serve"],
                 cwd=ROOT,
                 env=self.env(),
                 stdout=out,

@@ -199,7 +199,7 @@ class ChaosRun:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
         env["COORD_DATABASE_URL"] = self.db_url
         subprocess.run(
-            [sys.executable, "-m", "app.cli", "migrate"],
+            [sys.executable, "-m", "cli.main", "migrate"],
             cwd=ROOT, env=env, check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         node_env = {

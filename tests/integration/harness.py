@@ -75,7 +75,7 @@ class CoordinatorProcess:
         self.starts += 1
         log = open(self.workdir / f"coordinator-{self.starts}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"],
+            [sys.executable, "-m", "cli.main", "serve"],
             cwd=ROOT,
             env=self.env(),
             stdout=log,

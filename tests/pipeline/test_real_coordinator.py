@@ -86,7 +86,7 @@ def test_audit_of_a_real_coordinator_log(spark: Any, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "cli.main",
             "export",
             "--out",
             str(export),
