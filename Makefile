@@ -29,6 +29,7 @@ LINTED := app storage api pipeline cli bench tests
 
 lint: install
 	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
 test: install deps lint

@@ -154,7 +154,10 @@ async def _join(client: Any, group: str, n: int) -> tuple[int, list[_Member]]:
     def join(member_id: str) -> Any:
         return client.send(
             client.join_group_request(
-                group, member_id, protocols=[("range", sub)], session_timeout_ms=30_000,
+                group,
+                member_id,
+                protocols=[("range", sub)],
+                session_timeout_ms=30_000,
                 rebalance_timeout_ms=60_000,
             )
         )
@@ -175,7 +178,9 @@ async def _join(client: Any, group: str, n: int) -> tuple[int, list[_Member]]:
         *(
             client.send(
                 client.sync_group_request(
-                    group, gen, mid,
+                    group,
+                    gen,
+                    mid,
                     assignments=assignments if mid == leader else None,
                 )
             )
@@ -339,9 +344,7 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
     # read back: the committed offset of every member's partition is its last acked offset
     bad: list[str] = []
     for client, _, members in groups:
-        resp = await client.offset_fetch(
-            members[0].group, [(TOPIC, m.partition) for m in members]
-        )
+        resp = await client.offset_fetch(members[0].group, [(TOPIC, m.partition) for m in members])
         got = {p.partition_index: p.committed_offset for p in resp.groups[0].topics[0].partitions}
         bad += [
             f"{m.group}/{m.partition}: fetched {got.get(m.partition)} acked {m.acked}"
@@ -534,8 +537,13 @@ def _durable(
 
 
 def _measure(
-    opts: BenchOptions, name: str, db_url: str | None, n_groups: int, window: float,
-    warmup: float, read_log: Any,
+    opts: BenchOptions,
+    name: str,
+    db_url: str | None,
+    n_groups: int,
+    window: float,
+    warmup: float,
+    read_log: Any,
 ) -> dict[str, Any]:
     """Start a node, run the committers, SIGKILL the node, check the log. One result dict."""
     env = {
@@ -674,8 +682,16 @@ def run(opts: BenchOptions) -> Figure:
         title="3. Durable offset commits/s",
         goal="≥ 25% of the raw 100-row-batch append floor (rows/s) on each backend",
         columns=[
-            "backend", "commits/s", "floor rows/s", "ratio", "node CPU", "load-gen CPU",
-            "machine CPU", "p50", "p99", "read back · in log",
+            "backend",
+            "commits/s",
+            "floor rows/s",
+            "ratio",
+            "node CPU",
+            "load-gen CPU",
+            "machine CPU",
+            "p50",
+            "p99",
+            "read back · in log",
         ],
         rows=table,
         verdict="; ".join(verdicts) + f"; goal ≥ 25% on both: {met}",

@@ -79,9 +79,7 @@ PG_DB = f"bench_failover_{os.getpid()}"  # per run: a node orphaned by a killed 
 POLL_S = 0.020
 NODE_LOG_LEVEL = "WARNING"
 # the floor reads what a load needs (EventLog.read_latest): four columns, in log order
-RAW_SQL = (
-    'SELECT "offset", record_type, key, value FROM log_records ORDER BY "partition", "offset"'
-)
+RAW_SQL = 'SELECT "offset", record_type, key, value FROM log_records ORDER BY "partition", "offset"'
 
 
 def now_ms() -> int:

@@ -171,8 +171,7 @@ async def _form_group(client: KafkaTestClient, group: str) -> tuple[list[bytes],
 async def form_groups(port: int, groups: int) -> tuple[list[list[bytes]], int]:
     """Every group Stable; per connection (= group) its members' Heartbeat frames."""
     clients = [
-        await KafkaTestClient.connect("127.0.0.1", port, client_id=f"hb-{g}")
-        for g in range(groups)
+        await KafkaTestClient.connect("127.0.0.1", port, client_id=f"hb-{g}") for g in range(groups)
     ]
     try:
         got = await asyncio.gather(
@@ -605,8 +604,15 @@ def run(opts: BenchOptions) -> Figure:
     if errors or disorder:
         verdict = f"FAILED: {_errors_text(errors, disorder)}; {verdict}"
     columns = [
-        "server", "heartbeats/s", "vs echo", "p50", "p99", "server CPU", "load generators",
-        "machine busy (cores)", "errors",
+        "server",
+        "heartbeats/s",
+        "vs echo",
+        "p50",
+        "p99",
+        "server CPU",
+        "load generators",
+        "machine busy (cores)",
+        "errors",
     ]
     rows = [
         _row("coordinator node (SQLite)", node_w, fmt_pct(ratio)),

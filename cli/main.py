@@ -121,9 +121,7 @@ def audit(
     """Audit an exported log with Spark: rebalances, static membership, commits, invariants."""
     from pipeline.main import audit_main
 
-    result = audit_main(
-        input_dir, out, master, shuffle_partitions, driver_memory, examples, report
-    )
+    result = audit_main(input_dir, out, master, shuffle_partitions, driver_memory, examples, report)
     for inv in result.invariants:
         status = "ok" if inv["ok"] else f"VIOLATED ({inv['violations']})"
         typer.echo(f"{inv['invariant']}: {status}")

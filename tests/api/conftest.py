@@ -35,7 +35,8 @@ def no_exception_escapes_the_app(caplog: pytest.LogCaptureFixture) -> object:
     a response had already been sent; no test of the admin surface may cause one."""
     yield None
     escaped = [
-        r.getMessage() for r in caplog.get_records("call")
+        r.getMessage()
+        for r in caplog.get_records("call")
         if r.name.startswith("uvicorn") and r.levelno >= logging.ERROR
     ]
     assert not escaped, escaped

@@ -80,7 +80,11 @@ class Env:
         return self.hub.wait_until(pred, timeout, what)
 
     def wait_stable(
-        self, group: str, members: Iterable[ConsumerProcess], topic: str, partitions: int,
+        self,
+        group: str,
+        members: Iterable[ConsumerProcess],
+        topic: str,
+        partitions: int,
         timeout: float = 60.0,
     ) -> dict[str, Any]:
         """Until describe says Stable with exactly these members, their decoded assignments
@@ -102,8 +106,11 @@ class Env:
                 return None
             return g
 
-        return self.wait(done, f"group {group} Stable over {[m.name for m in members]}",  # type: ignore[no-any-return]
-                         timeout)
+        return self.wait(
+            done,
+            f"group {group} Stable over {[m.name for m in members]}",  # type: ignore[no-any-return]
+            timeout,
+        )
 
     # --- the event log ---------------------------------------------------------------------
 
@@ -118,9 +125,12 @@ class Env:
             try:
                 lines = [
                     f"p{r.partition}@{r.offset} gen={r.generation} "
-                    + ("TOMBSTONE" if r.value is None else
-                       f"assign={ {k: sorted(v) for k, v in r.assignments().items()} } "
-                       f"instances={sorted(r.instances())}")
+                    + (
+                        "TOMBSTONE"
+                        if r.value is None
+                        else f"assign={ {k: sorted(v) for k, v in r.assignments().items()} } "
+                        f"instances={sorted(r.instances())}"
+                    )
                     for r in group_records(self.coord.db_path, g)
                 ]
             except Exception as e:

@@ -179,9 +179,7 @@ async def rebalance(members: Sequence[Member], topics: Mapping[str, int]) -> int
         assignments = {mid: assignment(tps) for mid, tps in plan.items()}
     else:
         assignments = {mid: f"opaque-{mid}".encode() for mid in leader.members}
-    await asyncio.gather(
-        *(m.sync(assignments if m is leader else None) for m in members)
-    )
+    await asyncio.gather(*(m.sync(assignments if m is leader else None) for m in members))
     return leader.generation
 
 
@@ -348,8 +346,9 @@ class CliResult:
     stderr: str
 
 
-async def run_cli(*args: str, url: str | None = None, token: str | None = None,
-                  timeout: float = 60.0) -> CliResult:
+async def run_cli(
+    *args: str, url: str | None = None, token: str | None = None, timeout: float = 60.0
+) -> CliResult:
     """The real command in a subprocess (asynchronously: the node under test runs on this
     event loop). The admin URL and token come from COORD_ADMIN_URL/COORD_ADMIN_TOKEN."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
@@ -359,8 +358,12 @@ async def run_cli(*args: str, url: str | None = None, token: str | None = None,
     if token is not None:
         env["COORD_ADMIN_TOKEN"] = token
     proc = await asyncio.create_subprocess_exec(
-        *COORDINATOR, *args, cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *COORDINATOR,
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)

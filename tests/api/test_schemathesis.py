@@ -63,7 +63,10 @@ async def _seed(proc: CoordinatorProcess) -> None:
     members = await form_group(proc.kafka_port, "g", ["s1", None])
     m = members[0]
     await m.client.offset_commit(
-        "g", {("t6", 0): 5}, generation_id=m.generation, member_id=m.member_id,
+        "g",
+        {("t6", 0): 5},
+        generation_id=m.generation,
+        member_id=m.member_id,
         group_instance_id="s1",
     )
     for member in members:
@@ -96,9 +99,7 @@ def fuzz(
     )
     @given(case=op.as_strategy(generation_mode=mode))
     def run(case: schemathesis.Case[Any]) -> None:
-        response = case.call(
-            base_url=coord.admin_url, session=SESSION, headers=headers, timeout=10
-        )
+        response = case.call(base_url=coord.admin_url, session=SESSION, headers=headers, timeout=10)
         seen.append(response.status_code)
         case.validate_response(response, checks=[not_a_server_error])
         assert response.status_code < 500, (case.as_curl_command(), response.text)

@@ -68,10 +68,13 @@ class E2E:
             try:
                 lines = [
                     f"p{r.partition}@{r.offset} gen={r.generation} "
-                    + ("TOMBSTONE" if r.value is None else
-                       f"leader={r.value.leader} "
-                       f"assign={ {k: sorted(v) for k, v in r.assignments().items()} } "
-                       f"instances={r.instances()}")
+                    + (
+                        "TOMBSTONE"
+                        if r.value is None
+                        else f"leader={r.value.leader} "
+                        f"assign={ {k: sorted(v) for k, v in r.assignments().items()} } "
+                        f"instances={r.instances()}"
+                    )
                     for r in group_records(self.coord.db_path, g)
                 ]
             except Exception as e:

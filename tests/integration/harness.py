@@ -282,8 +282,11 @@ class ConsumerProcess:
             ) from None
 
     def wait_event(
-        self, kind: str, timeout: float, after: int = 0, pred: Callable[[dict[str, Any]], bool]
-        | None = None,
+        self,
+        kind: str,
+        timeout: float,
+        after: int = 0,
+        pred: Callable[[dict[str, Any]], bool] | None = None,
     ) -> dict[str, Any]:
         def find() -> dict[str, Any] | None:
             for e in self.events[after:]:
@@ -305,8 +308,9 @@ class ConsumerProcess:
     def commit(self, offset: int, timeout: float = 30.0) -> dict[str, Any]:
         return self.command(f"commit {offset}", "committed", timeout)
 
-    def committed(self, partitions: Iterable[int] | None = None, timeout: float = 30.0
-                  ) -> dict[int, int | None]:
+    def committed(
+        self, partitions: Iterable[int] | None = None, timeout: float = 30.0
+    ) -> dict[int, int | None]:
         arg = ",".join(str(p) for p in sorted(partitions)) if partitions is not None else ""
         ev = self.command(f"committed {arg}".strip(), "offsets", timeout)
         return {int(p): o for p, o in ev["offsets"].items()}

@@ -110,14 +110,16 @@ def assert_quiet(members: Sequence[ConsumerProcess], marks: Sequence[int], what:
         assert rebalance_events(m, mk) == [], f"{m.name} rebalanced {what}: {m.since(mk)}"
 
 
-def start_group(
-    e2e: E2E, client: str, group: str, n: int, **kw: Any
-) -> list[ConsumerProcess]:
+def start_group(e2e: E2E, client: str, group: str, n: int, **kw: Any) -> list[ConsumerProcess]:
     static = kw.pop("static", False)
     return [
         e2e.consumer(
-            client, group, f"{group}-{i}", instance=f"{group}-inst{i}" if static else None,
-            heartbeat_interval_ms=HEARTBEAT_MS, **kw,
+            client,
+            group,
+            f"{group}-{i}",
+            instance=f"{group}-inst{i}" if static else None,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            **kw,
         )
         for i in range(n)
     ]

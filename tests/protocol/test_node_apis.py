@@ -297,9 +297,7 @@ async def test_two_members_rebalance(node: RunningNode, v: Versions) -> None:
         assert left.error_code == Error.NONE
         hb = await lc.heartbeat("duo", 1, leader.member_id, version=v.heartbeat)
         assert hb.error_code == Error.REBALANCE_IN_PROGRESS
-        rejoined = await lc.join_group(
-            "duo", leader.member_id, protocols=PROTOCOLS, version=v.join
-        )
+        rejoined = await lc.join_group("duo", leader.member_id, protocols=PROTOCOLS, version=v.join)
         assert (rejoined.error_code, rejoined.generation_id) == (Error.NONE, 2)
         assert [m.member_id for m in rejoined.members] == [leader.member_id]
     finally:
