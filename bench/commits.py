@@ -100,7 +100,7 @@ class _Member:
 
 
 def _make_client_class() -> Any:
-    from tests.kafka_client import KafkaTestClient
+    from tests.support.kafka_client import KafkaTestClient
 
     class CommitClient(KafkaTestClient):
         """KafkaTestClient whose hot-loop replies bypass futures and kio decoding: the reply

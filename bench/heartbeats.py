@@ -50,7 +50,7 @@ from typing import Any
 from app.group.messages import Error
 from bench.common import node, run_async, run_workers, sleep_until, start_barrier, worker_processes
 from bench.report import ROOT, BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 TOPIC = "hb"
 MEMBERS_PER_GROUP = 10

@@ -104,7 +104,7 @@ class _Conn:
     async def send(self, requests: list[Any]) -> list[Any]:
         from kio.index import load_response_schema
 
-        from tests.kafka_client import encode_request
+        from tests.support.kafka_client import encode_request
 
         frames, futures = [], []
         for req in requests:
@@ -189,7 +189,7 @@ async def _form_group(conns: list[_Conn], group_id: str, stats: dict[str, int]) 
 async def _formation(a: dict[str, Any]) -> dict[str, Any]:
     import asyncio
 
-    from tests.kafka_client import KafkaTestClient
+    from tests.support.kafka_client import KafkaTestClient
 
     conns = [
         _Conn(

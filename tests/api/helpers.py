@@ -1,6 +1,6 @@
 """Helpers of the admin-surface tests: an in-process node served over real HTTP (uvicorn on a
 free port), consumer-protocol bytes, and group members driven with the project's protocol
-client (tests/kafka_client.py)."""
+client (tests/support/kafka_client.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
-from tests.kafka_client import KafkaTestClient
 from tests.runtime.node_fixture import RunningNode, running_node, sqlite_url
+from tests.support.kafka_client import KafkaTestClient
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""/groups against a real node: its Kafka listener forms the groups (tests/kafka_client.py), its
-admin app answers over real HTTP (uvicorn)."""
+"""/groups against a real node: its Kafka listener forms the groups
+(tests/support/kafka_client.py), its admin app answers over real HTTP (uvicorn)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.api.helpers import (
     rebalance,
     subscription,
 )
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 T6 = {"t6": 6}
 

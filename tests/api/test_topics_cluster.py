@@ -10,7 +10,7 @@ from app.group.records import partition_for
 from app.runtime.node import PartitionState
 from tests.api.helpers import Api, close_all, form_group, served_node
 from tests.api.test_groups import detail
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 
 async def metadata_topics(api: Api) -> dict[str, int]:

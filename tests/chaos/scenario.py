@@ -31,7 +31,7 @@ from app.group.records import partition_for
 from tests.chaos import checks
 from tests.chaos.procs import ROOT, Consumer, Node
 from tests.chaos.workload import Workload, fetch_committed, probe_service
-from tests.kafka_client import KafkaTestClient, encode_request
+from tests.support.kafka_client import KafkaTestClient, encode_request
 from tests.support.postgres import PrivatePostgres
 
 STATIC_GROUP = "chaos-static"

@@ -1,5 +1,5 @@
 """Joins, syncs, heartbeats and offset commits in many small groups, driven by the project's
-protocol client (tests/kafka_client.py) on its own event loop in a background thread.
+protocol client (tests/support/kafka_client.py) on its own event loop in a background thread.
 
 Each group has one or two dynamic members. A member finds its coordinator through any node,
 joins (MEMBER_ID_REQUIRED first), the leader assigns the topic's partitions by range in the
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.kafka_client import ConnectionClosed, KafkaTestClient
+from tests.support.kafka_client import ConnectionClosed, KafkaTestClient
 
 # error codes (app.group.messages.Error)
 NONE = 0

@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 from app.group.messages import Error
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 
 def _str(s: str) -> bytes:

@@ -13,7 +13,6 @@ from kio.index import load_response_schema
 
 from app.group.messages import Error
 from app.kafka.apis import APIS
-from tests.kafka_client import KafkaTestClient
 from tests.protocol.data_plane import fetch_request, list_offsets_request, produce_request
 from tests.protocol.groups import (
     ASSIGNMENT,
@@ -30,6 +29,7 @@ from tests.protocol.groups import (
     wait_for_state,
 )
 from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient
 
 INT32_MIN = -(2**31)
 

@@ -13,10 +13,10 @@ from kio.index import load_response_schema
 
 from app.group.messages import Error
 from app.kafka.codec import request_class
-from tests.kafka_client import KafkaTestClient, encode_request
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
 from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient, encode_request
 
 MAX_FRAME_BYTES = 1 << 20
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.kafka_client import KafkaTestClient
 from tests.runtime.node_fixture import running_node
+from tests.support.kafka_client import KafkaTestClient
 
 GROUP = "kip814"
 PROTOCOLS = [("range", b"\x00\x00subscription")]
