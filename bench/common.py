@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import ROOT, BenchOptions
-from tests.integration.harness import CoordinatorProcess
+from tests.support.nodes import CoordinatorProcess
 
 try:  # the node serves on uvloop when it is installed; the load generators should too
     import uvloop

@@ -25,7 +25,7 @@
    node that then owns the most partitions.
 
 Compaction is pushed out of the way (COORD_COMPACTION_INTERVAL_MS=1h) so the log keeps the
-size it was written with. Uses tests/integration/harness.py's CoordinatorProcess (imported).
+size it was written with. Nodes are tests/support/nodes.py's CoordinatorProcess.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from app.group.records import (  # noqa: E402
 )
 from bench.report import code_version, machine_info  # noqa: E402
 from storage.log import AppendBatch, EventLog  # noqa: E402
-from tests.integration.harness import CoordinatorProcess  # noqa: E402
+from tests.support.nodes import CoordinatorProcess  # noqa: E402
 from tests.support.postgres import PrivatePostgres  # noqa: E402
 
 FAKE_NODE = 9999  # the writer of the pre-populated log (never a live node id)

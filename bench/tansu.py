@@ -46,7 +46,7 @@ from typing import Any
 
 from bench.common import node, run_workers, start_barrier, worker_processes
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
-from tests.integration.harness import free_port
+from tests.support.ports import free_port
 
 TOPIC = "bench-tansu"
 PARTITIONS = 100

@@ -14,7 +14,7 @@ import confluent_kafka  # noqa: F401  - a missing client library must fail the s
 import pytest
 
 from tests.api.e2e import Env, sleep_watching
-from tests.integration.harness import ConsumerProcess
+from tests.support.consumers import ConsumerProcess
 
 pytestmark = [pytest.mark.integration]
 

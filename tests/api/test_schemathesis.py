@@ -1,6 +1,6 @@
 """Schemathesis over the admin API's OpenAPI schema: no input, valid or not, gets a 5xx.
 
-The server is a real `coordinator serve` process (tests/integration/harness.py) with a bearer
+The server is a real `coordinator serve` process (tests/support/nodes.py) with a bearer
 token; every operation is fuzzed with schema-valid (positive) and schema-violating (negative)
 requests, bounded to 50 examples per operation and mode, then once more without the token.
 A group with members and committed offsets, a registration and a topic exist beforehand, so
@@ -24,7 +24,7 @@ from schemathesis.checks import not_a_server_error
 
 from api.app import create_app
 from tests.api.helpers import form_group
-from tests.integration.harness import CoordinatorProcess
+from tests.support.nodes import CoordinatorProcess
 
 TOKEN = "fuzz-token"
 SCHEMA = schemathesis.openapi.from_dict(create_app(None, TOKEN).openapi())  # type: ignore[arg-type]

@@ -18,13 +18,8 @@ import kafka  # noqa: F401
 import pytest
 
 from tests.integration.conftest import E2E
-from tests.integration.harness import (
-    PARTITIONS,
-    ConsumerProcess,
-    GroupRecord,
-    generations,
-    group_records,
-)
+from tests.support.consumers import PARTITIONS, ConsumerProcess
+from tests.support.eventlog import GroupRecord, generations, group_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

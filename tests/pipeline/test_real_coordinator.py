@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from pipeline.audit import run_audit
-from tests.integration.harness import (
-    PARTITIONS,
-    ROOT,
-    TOPIC,
-    ConsumerProcess,
-    CoordinatorProcess,
-    Hub,
-)
+from tests.support.consumers import PARTITIONS, TOPIC, ConsumerProcess, Hub
+from tests.support.nodes import ROOT, CoordinatorProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

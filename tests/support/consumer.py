@@ -1,18 +1,26 @@
 """A real Kafka consumer in its own process, driven over stdin, reporting JSON lines on stdout.
 
-usage: consumer_proc.py CLIENT BOOTSTRAP GROUP TOPIC [--instance ID] [--strategy NAME]
-                        [--session-timeout-ms MS] [--heartbeat-interval-ms MS] [--client-id ID]
-                        [--no-subscribe]
-CLIENT is kafka-python, aiokafka or confluent. Commands on stdin (one per line):
+usage: python -m tests.support.consumer CLIENT BOOTSTRAP GROUP TOPIC [--instance ID]
+           [--strategy NAME] [--session-timeout-ms MS] [--heartbeat-interval-ms MS]
+           [--client-id ID] [--no-subscribe] [--commit-errors retry|report] [--poll-ms MS]
+           [--poll-errors retry|fail] [--request-timeout-ms MS] [--metadata-max-age-ms MS]
+           [--reconnect-backoff-max-ms MS] [--stats] [--debug CONTEXTS]
+CLIENT is kafka-python, aiokafka or confluent; BOOTSTRAP one host:port or several, comma
+separated. Commands on stdin (one per line):
   commit OFFSET         commit OFFSET for every partition currently assigned (synchronously)
   committed [P,P,...]   print the committed offsets of the given partitions (default: assigned)
   close                 leave cleanly (dynamic members send LeaveGroup) and exit
-Events: {"event": "assigned"|"revoked"|"committed"|"offsets"|"ready"|"closed"|"error", ...}
-plus diagnostics: "commit_retry" (a commit hit REBALANCE_IN_PROGRESS: poll, retry for up to
-30 s), "poll_error" (poll raised a retriable error, e.g. while the coordinator is down: poll
-again) and, for confluent, "client_error" (an error event returned by poll()).
+Events: {"event": "ready"|"assigned"|"revoked"|"committed"|"offsets"|"closed"|"error", "t": unix
+time, ...} plus diagnostics: "commit_retry" (a commit hit REBALANCE_IN_PROGRESS: poll, retry for
+up to 30 s), "poll_error" (poll raised a retriable error, e.g. while the coordinator is down:
+poll again) and, for confluent, "client_error" (an error event from poll() or, with --stats,
+the error callback) and "stats" (with --stats: librdkafka's consumer-group statistics, every
+second).
 A failing command reports {"event": "error", "cmd": ...} and the process keeps running; an
 unexpected exception outside a command reports "error" (without "cmd") and exits non-zero.
+With --commit-errors report, a commit is tried once: "commit_skipped" when nothing is assigned,
+"commit_failed" (with the member and generation it was sent with) when it fails, "committed"
+for the partitions that succeeded.
 With --no-subscribe the consumer never joins the group: it only answers `committed P,...`
 (OffsetFetch), which is how a fresh process reads a group's offsets without a rebalance.
 Offsets are reported as int, or null when nothing is committed.
@@ -29,6 +37,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 
@@ -73,6 +82,64 @@ def wanted(arg: str, assigned: list[int]) -> list[int]:
     return [int(p) for p in arg.split(",") if p] if arg else assigned
 
 
+# A commit attempt: it commits the offset for the partitions given and returns those that
+# failed, with their error (it raises when the request failed as a whole).
+Attempt = Callable[[list[int], int], Awaitable[list[tuple[int, str]]]]
+
+
+async def commit(
+    a: argparse.Namespace,
+    offset: int,
+    assigned: Callable[[], list[int]],
+    attempt: Attempt,
+    poll: Callable[[], Awaitable[None]],
+    member: Callable[[], dict[str, Any]],
+) -> None:
+    """One `commit OFFSET` command, the same for every client (see --commit-errors)."""
+    if a.commit_errors == "report":
+        mine = assigned()
+        if not mine:
+            emit("commit_skipped", offset=offset, reason="nothing assigned")
+            return
+        info = member()  # the generation the commit is sent with
+        try:
+            failed = await attempt(mine, offset)
+        except Exception as e:  # CommitFailedError after a rebalance, timeouts, ...
+            emit("commit_failed", offset=offset, error=repr(e), **info)
+            return
+        if failed:
+            emit("commit_failed", offset=offset, error=repr(failed), **info)
+        ok = sorted(set(mine) - {p for p, _ in failed})
+        if ok:
+            emit("committed", partitions=ok, offset=offset, **info)
+        return
+    deadline = time.monotonic() + REBALANCE_RETRY_S
+    while True:
+        mine = assigned()
+        try:
+            failed = await attempt(mine, offset)
+            if failed:
+                raise RuntimeError(f"partition errors {failed}")
+            break
+        except Exception as e:
+            if not rebalancing(e) or time.monotonic() > deadline:
+                raise
+            emit("commit_retry", error=repr(e))
+            await poll()
+    emit("committed", partitions=mine, offset=offset, **member())
+
+
+def run_sync(coro: Coroutine[Any, Any, None]) -> None:
+    """Runs `commit` for a synchronous client: its attempt and poll never suspend, so the
+    coroutine finishes on its first step, without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise RuntimeError("a synchronous client's command suspended")
+
+
 def run_kafka_python(a: argparse.Namespace) -> None:
     from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
@@ -88,8 +155,11 @@ def run_kafka_python(a: argparse.Namespace) -> None:
         "sticky": StickyPartitionAssignor,
         "cooperative-sticky": CooperativeStickyAssignor,
     }
+    optional = {}
+    if a.metadata_max_age_ms is not None:
+        optional["metadata_max_age_ms"] = a.metadata_max_age_ms
     consumer = KafkaConsumer(
-        bootstrap_servers=a.bootstrap,
+        bootstrap_servers=a.bootstrap.split(","),
         group_id=a.group,
         group_instance_id=a.instance,
         enable_auto_commit=False,
@@ -98,9 +168,11 @@ def run_kafka_python(a: argparse.Namespace) -> None:
         heartbeat_interval_ms=a.heartbeat_interval_ms,
         max_poll_interval_ms=300000,
         partition_assignment_strategy=[strategies[a.strategy]],
-        request_timeout_ms=30000,
+        request_timeout_ms=a.request_timeout_ms,
         fetch_max_wait_ms=200,
+        retry_backoff_ms=100,
         client_id=a.client_id,
+        **optional,
     )
     assigned: set[Any] = set()
 
@@ -120,10 +192,25 @@ def run_kafka_python(a: argparse.Namespace) -> None:
             assigned.update(new)
             emit("assigned", partitions=parts(new), all=parts(assigned), **member())
 
+    async def attempt(mine: list[int], offset: int) -> list[tuple[int, str]]:
+        offsets = {TopicPartition(a.topic, p): OffsetAndMetadata(offset, "", -1) for p in mine}
+        consumer.commit(offsets)
+        return []
+
+    async def poll_briefly() -> None:
+        consumer.poll(timeout_ms=200)
+
     if not a.no_subscribe:
         consumer.subscribe([a.topic], listener=Listener())
     commands = stdin_commands()
     emit("ready")
+    # kafka-python 3.0.12 races its JoinGroup/SyncGroup task against poll()'s timer
+    # (coordinator/base.py join_group_async): when the task completes just as a poll times out,
+    # the next poll finds it done, drops its result and sends a NEW JoinGroup; from a static
+    # leader that rejoined into a stable group this is (as in Kafka) a leader rejoin, i.e. a
+    # full rebalance. The longer the poll (1 s by default), the rarer that window; commands then
+    # wait up to one poll.
+    poll_ms = 1000 if a.poll_ms is None else a.poll_ms
     while True:
         if a.no_subscribe:
             try:
@@ -132,17 +219,11 @@ def run_kafka_python(a: argparse.Namespace) -> None:
                 continue
         else:
             try:
-                # 1 s, not 100 ms: kafka-python 3.0.12 races its JoinGroup/SyncGroup task against
-                # poll()'s timer (coordinator/base.py join_group_async): when the task completes
-                # just as a poll times out, the next poll finds it done, drops its result and
-                # sends a NEW JoinGroup; from a static leader that rejoined into a stable group
-                # this is (as in Kafka) a leader rejoin, i.e. a full rebalance. The longer the
-                # poll, the rarer that window; commands then wait up to 1 s.
-                consumer.poll(timeout_ms=1000)
+                consumer.poll(timeout_ms=poll_ms)
             except KafkaError as e:
                 # kafka-python 3.0 lets e.g. KafkaConnectionError('111 ECONNREFUSED') escape
                 # poll() while the coordinator is down; an application retries the poll
-                if not e.retriable:
+                if not e.retriable or a.poll_errors == "fail":
                     raise
                 emit("poll_error", error=repr(e))
                 time.sleep(0.1)
@@ -153,18 +234,9 @@ def run_kafka_python(a: argparse.Namespace) -> None:
         verb, _, arg = cmd.partition(" ")
         try:
             if verb == "commit":
-                deadline = time.monotonic() + REBALANCE_RETRY_S
-                while True:
-                    offsets = {tp: OffsetAndMetadata(int(arg), "", -1) for tp in assigned}
-                    try:
-                        consumer.commit(offsets)
-                        break
-                    except Exception as e:
-                        if not rebalancing(e) or time.monotonic() > deadline:
-                            raise
-                        emit("commit_retry", error=repr(e))
-                        consumer.poll(timeout_ms=200)
-                emit("committed", partitions=parts(offsets), offset=int(arg), **member())
+                run_sync(
+                    commit(a, int(arg), lambda: parts(assigned), attempt, poll_briefly, member)
+                )
             elif verb == "committed":
                 tps = [TopicPartition(a.topic, p) for p in wanted(arg, parts(assigned))]
                 emit("offsets", offsets={tp.partition: norm(consumer.committed(tp)) for tp in tps})
@@ -177,9 +249,9 @@ def run_kafka_python(a: argparse.Namespace) -> None:
 
 
 def run_confluent(a: argparse.Namespace) -> None:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
-    conf = {
+    conf: dict[str, Any] = {
         "bootstrap.servers": a.bootstrap,
         "group.id": a.group,
         "enable.auto.commit": False,
@@ -192,8 +264,31 @@ def run_confluent(a: argparse.Namespace) -> None:
     }
     if a.instance:
         conf["group.instance.id"] = a.instance
-    if os.environ.get("E2E_RDKAFKA_DEBUG"):  # e.g. "cgrp" or "cgrp,protocol"
-        conf["debug"] = os.environ["E2E_RDKAFKA_DEBUG"]
+    if a.debug:  # e.g. "cgrp" or "cgrp,protocol": librdkafka's own log, to stderr
+        conf["debug"] = a.debug
+    if a.reconnect_backoff_max_ms is not None:
+        conf["reconnect.backoff.ms"] = min(100, a.reconnect_backoff_max_ms)
+        conf["reconnect.backoff.max.ms"] = a.reconnect_backoff_max_ms
+    if a.stats:
+
+        def on_stats(raw: str) -> None:
+            try:
+                cgrp = json.loads(raw).get("cgrp") or {}
+            except ValueError:
+                return
+            emit(
+                "stats",
+                state=cgrp.get("state"),
+                join_state=cgrp.get("join_state"),
+                rebalance_cnt=cgrp.get("rebalance_cnt"),
+                rebalance_reason=cgrp.get("rebalance_reason"),
+                assignment_size=cgrp.get("assignment_size"),
+            )
+
+        def on_error(err: Any) -> None:
+            emit("client_error", error=str(err))
+
+        conf.update({"statistics.interval.ms": 1000, "stats_cb": on_stats, "error_cb": on_error})
     consumer = Consumer(conf)
     assigned: set[int] = set()
     cooperative = a.strategy == "cooperative-sticky"
@@ -216,10 +311,19 @@ def run_confluent(a: argparse.Namespace) -> None:
             c.incremental_unassign(revoked)
         emit("revoked", partitions=parts(revoked), all=sorted(assigned), **member())
 
+    async def attempt(mine: list[int], offset: int) -> list[tuple[int, str]]:
+        tps = [TopicPartition(a.topic, p, offset) for p in mine]
+        done = consumer.commit(offsets=tps, asynchronous=False) or []
+        return [(tp.partition, str(tp.error)) for tp in done if tp.error is not None]
+
+    async def poll_briefly() -> None:
+        consumer.poll(0.2)
+
     if not a.no_subscribe:
         consumer.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke)
     commands = stdin_commands()
     emit("ready")
+    poll_s = 0.1 if a.poll_ms is None else a.poll_ms / 1000
     while True:
         if a.no_subscribe:
             try:
@@ -227,7 +331,7 @@ def run_confluent(a: argparse.Namespace) -> None:
             except queue.Empty:
                 continue
         else:
-            msg = consumer.poll(0.1)
+            msg = consumer.poll(poll_s)
             if msg is not None and msg.error() is not None:
                 emit("client_error", error=str(msg.error()))
             try:
@@ -237,21 +341,9 @@ def run_confluent(a: argparse.Namespace) -> None:
         verb, _, arg = cmd.partition(" ")
         try:
             if verb == "commit":
-                deadline = time.monotonic() + REBALANCE_RETRY_S
-                while True:
-                    tps = [TopicPartition(a.topic, p, int(arg)) for p in sorted(assigned)]
-                    try:
-                        done = consumer.commit(offsets=tps, asynchronous=False) or []
-                        failed = [(tp.partition, str(tp.error)) for tp in done if tp.error]
-                        if failed:
-                            raise KafkaException(f"partition errors {failed}")
-                        break
-                    except Exception as e:
-                        if not rebalancing(e) or time.monotonic() > deadline:
-                            raise
-                        emit("commit_retry", error=repr(e))
-                        consumer.poll(0.2)
-                emit("committed", partitions=parts(tps), offset=int(arg), **member())
+                run_sync(
+                    commit(a, int(arg), lambda: sorted(assigned), attempt, poll_briefly, member)
+                )
             elif verb == "committed":
                 tps = [TopicPartition(a.topic, p) for p in wanted(arg, sorted(assigned))]
                 got = consumer.committed(tps, timeout=10)
@@ -271,6 +363,7 @@ def run_aiokafka(a: argparse.Namespace) -> None:
     from aiokafka.errors import KafkaError as AioKafkaError
 
     strategies = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
+    poll_ms = 100 if a.poll_ms is None else a.poll_ms
 
     async def main() -> None:
         consumer = AIOKafkaConsumer(
@@ -303,6 +396,13 @@ def run_aiokafka(a: argparse.Namespace) -> None:
                 assigned.update(new)
                 emit("assigned", partitions=parts(new), all=parts(assigned), **member())
 
+        async def attempt(mine: list[int], offset: int) -> list[tuple[int, str]]:
+            await consumer.commit({TopicPartition(a.topic, p): offset for p in mine})
+            return []
+
+        async def poll_briefly() -> None:
+            await consumer.getmany(timeout_ms=200)
+
         await consumer.start()
         if not a.no_subscribe:
             consumer.subscribe([a.topic], listener=Listener())
@@ -313,9 +413,9 @@ def run_aiokafka(a: argparse.Namespace) -> None:
                 await asyncio.sleep(0.1)
             else:
                 try:
-                    await consumer.getmany(timeout_ms=100)
+                    await consumer.getmany(timeout_ms=poll_ms)
                 except AioKafkaError as e:
-                    if not getattr(e, "retriable", False):
+                    if not getattr(e, "retriable", False) or a.poll_errors == "fail":
                         raise
                     emit("poll_error", error=repr(e))
                     await asyncio.sleep(0.1)
@@ -326,18 +426,9 @@ def run_aiokafka(a: argparse.Namespace) -> None:
             verb, _, arg = cmd.partition(" ")
             try:
                 if verb == "commit":
-                    deadline = time.monotonic() + REBALANCE_RETRY_S
-                    while True:
-                        offsets = {tp: int(arg) for tp in assigned}
-                        try:
-                            await consumer.commit(offsets)
-                            break
-                        except Exception as e:
-                            if not rebalancing(e) or time.monotonic() > deadline:
-                                raise
-                            emit("commit_retry", error=repr(e))
-                            await consumer.getmany(timeout_ms=200)
-                    emit("committed", partitions=parts(offsets), offset=int(arg), **member())
+                    await commit(
+                        a, int(arg), lambda: parts(assigned), attempt, poll_briefly, member
+                    )
                 elif verb == "committed":
                     tps = [TopicPartition(a.topic, p) for p in wanted(arg, parts(assigned))]
                     got = {tp.partition: norm(await consumer.committed(tp)) for tp in tps}
@@ -380,8 +471,25 @@ def main() -> None:
     p.add_argument("--strategy", default="range")
     p.add_argument("--session-timeout-ms", type=int, default=10000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=1000)
-    p.add_argument("--client-id", default="it-consumer")
+    p.add_argument("--client-id", default="consumer")
     p.add_argument("--no-subscribe", action="store_true")
+    p.add_argument("--commit-errors", choices=["retry", "report"], default="retry")
+    p.add_argument("--poll-ms", type=int, default=None, help="default 1000 (kafka-python), 100")
+    p.add_argument(
+        "--poll-errors",
+        choices=["retry", "fail"],
+        default="retry",
+        help="a retriable error escaping poll(): poll again, or fail the process",
+    )
+    p.add_argument("--request-timeout-ms", type=int, default=30000, help="kafka-python")
+    p.add_argument("--metadata-max-age-ms", type=int, default=None, help="kafka-python")
+    p.add_argument("--reconnect-backoff-max-ms", type=int, default=None, help="librdkafka")
+    p.add_argument("--stats", action="store_true", help="librdkafka group statistics, errors")
+    p.add_argument(
+        "--debug",
+        default=os.environ.get("E2E_RDKAFKA_DEBUG", ""),
+        help="librdkafka debug contexts, e.g. cgrp (default: $E2E_RDKAFKA_DEBUG)",
+    )
     a = p.parse_args()
     a.instance = a.instance or None
     setup_logging(os.environ.get("E2E_CLIENT_LOG", DEFAULT_LOG))
