@@ -39,6 +39,7 @@ from typing import Any
 
 from bench.common import node, run_async, run_workers, worker_processes
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate
+from tests.support.consumer_bytes import assignment, subscription
 
 TOPIC = "bench-commits"
 MEMBERS = 10  # members (= committed partitions) per group; one connection per group
@@ -57,18 +58,6 @@ _ERR = struct.Struct(">h")
 
 
 # ==== load generator (runs in worker processes) =================================================
-
-
-def _subscription(topic: str) -> bytes:
-    """ConsumerProtocolSubscription v0."""
-    t = topic.encode()
-    return struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">i", -1)
-
-
-def _assignment(topic: str, partition: int) -> bytes:
-    """ConsumerProtocolAssignment v0, one partition."""
-    t = topic.encode()
-    return struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">iii", 1, partition, -1)
 
 
 class _Stats:
@@ -149,7 +138,7 @@ def _make_client_class() -> Any:
 async def _join(client: Any, group: str, n: int) -> tuple[int, list[_Member]]:
     """n members join `group` (KIP-394 member-id round trip), the leader assigns one
     partition each, everyone syncs. Returns the generation and the members."""
-    sub = _subscription(TOPIC)
+    sub = subscription([TOPIC])
 
     def join(member_id: str) -> Any:
         return client.send(
@@ -173,7 +162,7 @@ async def _join(client: Any, group: str, n: int) -> tuple[int, list[_Member]]:
     leader = joined[0].leader
     order = sorted(ids)
     plan = {mid: order.index(mid) for mid in ids}
-    assignments = {m: _assignment(TOPIC, p) for m, p in plan.items()}
+    assignments = {m: assignment({TOPIC: [p]}) for m, p in plan.items()}
     syncs = await asyncio.gather(
         *(
             client.send(

@@ -69,6 +69,7 @@ from app.group.records import (  # noqa: E402
 )
 from bench.report import code_version, machine_info  # noqa: E402
 from storage.log import AppendBatch, EventLog  # noqa: E402
+from tests.support.consumer_bytes import assignment, subscription  # noqa: E402
 from tests.support.nodes import CoordinatorProcess  # noqa: E402
 from tests.support.postgres import PrivatePostgres  # noqa: E402
 
@@ -89,31 +90,6 @@ def log(msg: str) -> None:
 
 
 # ==== a realistic log ==========================================================================
-
-
-def _str16(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def encode_subscription(topics: Sequence[str]) -> bytes:
-    """ConsumerProtocolSubscription v0: topics, no user data."""
-    return (
-        struct.pack(">hi", 0, len(topics))
-        + b"".join(_str16(t) for t in topics)
-        + struct.pack(">i", -1)
-    )
-
-
-def encode_assignment(topic: str, partitions: Sequence[int]) -> bytes:
-    """ConsumerProtocolAssignment v0: one topic, no user data."""
-    return (
-        struct.pack(">hi", 0, 1)
-        + _str16(topic)
-        + struct.pack(">i", len(partitions))
-        + b"".join(struct.pack(">i", p) for p in partitions)
-        + struct.pack(">i", -1)
-    )
 
 
 OFFSET = RecordType.OFFSET_COMMIT
@@ -154,8 +130,8 @@ def _metadata(rng: random.Random, g: _Group, ts: int, empty: bool) -> Record:
                 client_host=f"/10.0.{i}.{rng.randint(1, 254)}",
                 rebalance_timeout_ms=300_000,
                 session_timeout_ms=300_000,  # nobody expires while the benchmark runs
-                subscription=encode_subscription([g.topic]),
-                assignment=encode_assignment(g.topic, mine),
+                subscription=subscription([g.topic]),
+                assignment=assignment({g.topic: mine}),
             )
         )
     value = GroupMetadataValue(

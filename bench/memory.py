@@ -28,7 +28,6 @@ import json
 import os
 import random
 import re
-import struct
 import sys
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any
 
 from bench.common import node, rss_bytes, run_workers, worker_processes
 from bench.report import BenchOptions, Figure, fmt_rate
+from tests.support import consumer_bytes
 
 KEY = "memory"
 TOPIC = "bench-orders"
@@ -60,14 +60,12 @@ COORDINATOR_ERRORS = {14, 15, 16}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDI
 def subscription(topic: str = TOPIC) -> bytes:
     """ConsumerProtocolSubscription v3: topics, null user data, no owned partitions,
     generation -1, null rack (34 bytes for TOPIC). A new object on every call."""
-    t = topic.encode()
-    return struct.pack(f">hih{len(t)}siiih", 3, 1, len(t), t, -1, 0, -1, -1)
+    return consumer_bytes.subscription([topic], version=3)
 
 
 def assignment(parts: list[int], topic: str = TOPIC) -> bytes:
     """ConsumerProtocolAssignment v3: one topic's partitions, null user data."""
-    t = topic.encode()
-    return struct.pack(f">hih{len(t)}si{len(parts)}ii", 3, 1, len(t), t, len(parts), *parts, -1)
+    return consumer_bytes.assignment({topic: parts}, version=3)
 
 
 def instance_id(group_id: str, j: int) -> str:

@@ -42,6 +42,7 @@ from app.group.consumer_protocol import decode_assignment
 from app.group.records import RecordType, group_key
 from bench.common import node, run_workers
 from bench.report import BenchOptions, Figure, fmt_ms, median, percentile
+from tests.support import consumer_bytes
 
 TOPIC = "rebalance"
 PARTITIONS = 1000
@@ -157,34 +158,12 @@ def _decode(frame: bytes, cls: Any) -> Any:
 # ---- consumer protocol bytes (what a Java consumer sends) ---------------------------------------
 
 
-def _s(s: str) -> bytes:
-    b = s.encode()
-    return _I16.pack(len(b)) + b
-
-
-def _topic_partitions(topic: str, parts: list[int]) -> bytes:
-    if not parts:
-        return _I32.pack(0)
-    return _I32.pack(1) + _s(topic) + _I32.pack(len(parts)) + struct.pack(f">{len(parts)}i", *parts)
-
-
 def subscription(topic: str, owned: list[int], generation: int) -> bytes:
     """ConsumerProtocolSubscription v3: topics, no user data, owned partitions, generation
     (KIP-792), no rack."""
-    return (
-        _I16.pack(3)
-        + _I32.pack(1)
-        + _s(topic)
-        + _I32.pack(-1)
-        + _topic_partitions(topic, owned)
-        + _I32.pack(generation)
-        + _I16.pack(-1)
+    return consumer_bytes.subscription(
+        [topic], version=3, owned={topic: owned} if owned else {}, generation=generation
     )
-
-
-def assignment(topic: str, parts: list[int]) -> bytes:
-    """ConsumerProtocolAssignment v3, no user data."""
-    return _I16.pack(3) + _topic_partitions(topic, parts) + _I32.pack(-1)
 
 
 def _subscribed_topics(metadata: bytes) -> list[str]:
@@ -216,16 +195,7 @@ def range_assign(members: list[tuple[str, bytes]], partitions: dict[str, int]) -
             n = per + (1 if i < extra else 0)
             if n:
                 owned[m].append((t, list(range(start, start + n))))
-    out = {}
-    for m, tps in owned.items():
-        if len(tps) == 1:
-            out[m] = assignment(*tps[0])
-        else:  # several topics (not in this figure): the general layout
-            body = b"".join(
-                _s(t) + _I32.pack(len(ps)) + struct.pack(f">{len(ps)}i", *ps) for t, ps in tps
-            )
-            out[m] = _I16.pack(3) + _I32.pack(len(tps)) + body + _I32.pack(-1)
-    return out
+    return {m: consumer_bytes.assignment(dict(tps), version=3) for m, tps in owned.items()}
 
 
 # ---- the commit floor ---------------------------------------------------------------------------

@@ -11,14 +11,12 @@ from tests.api.helpers import (
     REBALANCE_IN_PROGRESS,
     Api,
     Member,
-    assignment,
     close_all,
     eventually,
     form_group,
-    range_assign,
     rebalance,
-    subscription,
 )
+from tests.support.consumer_bytes import assignment, range_assign, subscription
 from tests.support.kafka_client import KafkaTestClient
 
 T6 = {"t6": 6}
