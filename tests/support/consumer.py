@@ -37,7 +37,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 
@@ -82,291 +82,333 @@ def wanted(arg: str, assigned: list[int]) -> list[int]:
     return [int(p) for p in arg.split(",") if p] if arg else assigned
 
 
-# A commit attempt: it commits the offset for the partitions given and returns those that
-# failed, with their error (it raises when the request failed as a whole).
-Attempt = Callable[[list[int], int], Awaitable[list[tuple[int, str]]]]
+class Driver:
+    """One client library's consumer behind the command loop. The loop and the commit logic
+    are the same for every client; a subclass connects, subscribes and implements the steps
+    (async: aiokafka's are; kafka-python's and confluent's never suspend)."""
 
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
 
-async def commit(
-    a: argparse.Namespace,
-    offset: int,
-    assigned: Callable[[], list[int]],
-    attempt: Attempt,
-    poll: Callable[[], Awaitable[None]],
-    member: Callable[[], dict[str, Any]],
-) -> None:
-    """One `commit OFFSET` command, the same for every client (see --commit-errors)."""
-    if a.commit_errors == "report":
-        mine = assigned()
-        if not mine:
-            emit("commit_skipped", offset=offset, reason="nothing assigned")
-            return
-        info = member()  # the generation the commit is sent with
-        try:
-            failed = await attempt(mine, offset)
-        except Exception as e:  # CommitFailedError after a rebalance, timeouts, ...
-            emit("commit_failed", offset=offset, error=repr(e), **info)
-            return
-        if failed:
-            emit("commit_failed", offset=offset, error=repr(failed), **info)
-        ok = sorted(set(mine) - {p for p, _ in failed})
-        if ok:
-            emit("committed", partitions=ok, offset=offset, **info)
-        return
-    deadline = time.monotonic() + REBALANCE_RETRY_S
-    while True:
-        mine = assigned()
-        try:
-            failed = await attempt(mine, offset)
+    # --- the steps ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and, unless --no-subscribe, subscribe to the topic."""
+
+    async def poll(self) -> None:
+        """One poll of the subscribed consumer (callbacks run in it)."""
+
+    async def idle(self) -> None:
+        """A short wait of a consumer that does not subscribe."""
+        time.sleep(0.1)
+
+    def assigned(self) -> list[int]:
+        raise NotImplementedError
+
+    def member(self) -> dict[str, Any]:
+        """Member id (and generation where the client tells): diagnostics of the events."""
+        return {}
+
+    async def attempt(self, partitions: list[int], offset: int) -> list[tuple[int, str]]:
+        """Commit `offset` for `partitions`; the partitions that failed, with their error (it
+        raises when the request failed as a whole)."""
+        raise NotImplementedError
+
+    async def poll_briefly(self) -> None:
+        """A short poll between commit retries (it finishes the rebalance in progress)."""
+
+    async def committed(self, partitions: list[int]) -> dict[int, int | None]:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    # --- the command loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.start()
+        commands = stdin_commands()
+        emit("ready")
+        while True:
+            await (self.idle() if self.a.no_subscribe else self.poll())
+            try:
+                cmd = commands.get_nowait()
+            except queue.Empty:
+                continue
+            verb, _, arg = cmd.partition(" ")
+            try:
+                if verb == "commit":
+                    await self.commit(int(arg))
+                elif verb == "committed":
+                    offsets = await self.committed(wanted(arg, self.assigned()))
+                    emit("offsets", offsets=offsets)
+                elif verb == "close":
+                    await self.close()
+                    emit("closed")
+                    return
+            except Exception as e:
+                emit("error", cmd=cmd, error=repr(e))
+
+    async def commit(self, offset: int) -> None:
+        """One `commit OFFSET` command (see --commit-errors)."""
+        if self.a.commit_errors == "report":
+            mine = self.assigned()
+            if not mine:
+                emit("commit_skipped", offset=offset, reason="nothing assigned")
+                return
+            info = self.member()  # the generation the commit is sent with
+            try:
+                failed = await self.attempt(mine, offset)
+            except Exception as e:  # CommitFailedError after a rebalance, timeouts, ...
+                emit("commit_failed", offset=offset, error=repr(e), **info)
+                return
             if failed:
-                raise RuntimeError(f"partition errors {failed}")
-            break
-        except Exception as e:
-            if not rebalancing(e) or time.monotonic() > deadline:
-                raise
-            emit("commit_retry", error=repr(e))
-            await poll()
-    emit("committed", partitions=mine, offset=offset, **member())
+                emit("commit_failed", offset=offset, error=repr(failed), **info)
+            ok = sorted(set(mine) - {p for p, _ in failed})
+            if ok:
+                emit("committed", partitions=ok, offset=offset, **info)
+            return
+        deadline = time.monotonic() + REBALANCE_RETRY_S
+        while True:
+            mine = self.assigned()
+            try:
+                failed = await self.attempt(mine, offset)
+                if failed:
+                    raise RuntimeError(f"partition errors {failed}")
+                break
+            except Exception as e:
+                if not rebalancing(e) or time.monotonic() > deadline:
+                    raise
+                emit("commit_retry", error=repr(e))
+                await self.poll_briefly()
+        emit("committed", partitions=mine, offset=offset, **self.member())
 
 
 def run_sync(coro: Coroutine[Any, Any, None]) -> None:
-    """Runs `commit` for a synchronous client: its attempt and poll never suspend, so the
-    coroutine finishes on its first step, without an event loop."""
+    """Runs the command loop of a synchronous client: as none of its steps suspends, the
+    coroutine runs to its end on its first step, without an event loop."""
     try:
         coro.send(None)
     except StopIteration:
         return
     coro.close()
-    raise RuntimeError("a synchronous client's command suspended")
+    raise RuntimeError("a synchronous client's step suspended")
 
 
-def run_kafka_python(a: argparse.Namespace) -> None:
-    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
-    from kafka.consumer.subscription_state import ConsumerRebalanceListener
-    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-    from kafka.coordinator.assignors.range import RangePartitionAssignor
-    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-    from kafka.errors import KafkaError
+class KafkaPython(Driver):
+    async def start(self) -> None:
+        from kafka import KafkaConsumer
+        from kafka.consumer.subscription_state import ConsumerRebalanceListener
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+        from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+        from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
-    strategies = {
-        "range": RangePartitionAssignor,
-        "roundrobin": RoundRobinPartitionAssignor,
-        "sticky": StickyPartitionAssignor,
-        "cooperative-sticky": CooperativeStickyAssignor,
-    }
-    optional = {}
-    if a.metadata_max_age_ms is not None:
-        optional["metadata_max_age_ms"] = a.metadata_max_age_ms
-    consumer = KafkaConsumer(
-        bootstrap_servers=a.bootstrap.split(","),
-        group_id=a.group,
-        group_instance_id=a.instance,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=a.session_timeout_ms,
-        heartbeat_interval_ms=a.heartbeat_interval_ms,
-        max_poll_interval_ms=300000,
-        partition_assignment_strategy=[strategies[a.strategy]],
-        request_timeout_ms=a.request_timeout_ms,
-        fetch_max_wait_ms=200,
-        retry_backoff_ms=100,
-        client_id=a.client_id,
-        **optional,
-    )
-    assigned: set[Any] = set()
+        a = self.a
+        strategies = {
+            "range": RangePartitionAssignor,
+            "roundrobin": RoundRobinPartitionAssignor,
+            "sticky": StickyPartitionAssignor,
+            "cooperative-sticky": CooperativeStickyAssignor,
+        }
+        optional = {}
+        if a.metadata_max_age_ms is not None:
+            optional["metadata_max_age_ms"] = a.metadata_max_age_ms
+        self.consumer = consumer = KafkaConsumer(
+            bootstrap_servers=a.bootstrap.split(","),
+            group_id=a.group,
+            group_instance_id=a.instance,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=a.session_timeout_ms,
+            heartbeat_interval_ms=a.heartbeat_interval_ms,
+            max_poll_interval_ms=300000,
+            partition_assignment_strategy=[strategies[a.strategy]],
+            request_timeout_ms=a.request_timeout_ms,
+            fetch_max_wait_ms=200,
+            retry_backoff_ms=100,
+            client_id=a.client_id,
+            **optional,
+        )
+        self.tps: set[Any] = set()
+        # kafka-python 3.0.12 races its JoinGroup/SyncGroup task against poll()'s timer
+        # (coordinator/base.py join_group_async): when the task completes just as a poll times
+        # out, the next poll finds it done, drops its result and sends a NEW JoinGroup; from a
+        # static leader that rejoined into a stable group this is (as in Kafka) a leader
+        # rejoin, i.e. a full rebalance. The longer the poll (1 s by default), the rarer that
+        # window; commands then wait up to one poll.
+        self.poll_ms = 1000 if a.poll_ms is None else a.poll_ms
+        tps, member = self.tps, self.member
 
-    def member() -> dict[str, Any]:
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                tps.difference_update(revoked)
+                emit("revoked", partitions=parts(revoked), all=parts(tps), **member())
+
+            def on_partitions_assigned(self, new: Any) -> None:
+                tps.update(new)
+                emit("assigned", partitions=parts(new), all=parts(tps), **member())
+
+        if not a.no_subscribe:
+            consumer.subscribe([a.topic], listener=Listener())
+
+    async def poll(self) -> None:
+        from kafka.errors import KafkaError
+
         try:
-            g = consumer._coordinator._generation
+            self.consumer.poll(timeout_ms=self.poll_ms)
+        except KafkaError as e:
+            # kafka-python 3.0 lets e.g. KafkaConnectionError('111 ECONNREFUSED') escape
+            # poll() while the coordinator is down; an application retries the poll
+            if not e.retriable or self.a.poll_errors == "fail":
+                raise
+            emit("poll_error", error=repr(e))
+            time.sleep(0.1)
+
+    def assigned(self) -> list[int]:
+        return parts(self.tps)
+
+    def member(self) -> dict[str, Any]:
+        try:
+            g = self.consumer._coordinator._generation
             return {"member": g.member_id, "generation": g.generation_id}
         except Exception:  # private API: diagnostics only
             return {}
 
-    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-        def on_partitions_revoked(self, revoked: Any) -> None:
-            assigned.difference_update(revoked)
-            emit("revoked", partitions=parts(revoked), all=parts(assigned), **member())
+    async def attempt(self, partitions: list[int], offset: int) -> list[tuple[int, str]]:
+        from kafka import OffsetAndMetadata, TopicPartition
 
-        def on_partitions_assigned(self, new: Any) -> None:
-            assigned.update(new)
-            emit("assigned", partitions=parts(new), all=parts(assigned), **member())
-
-    async def attempt(mine: list[int], offset: int) -> list[tuple[int, str]]:
-        offsets = {TopicPartition(a.topic, p): OffsetAndMetadata(offset, "", -1) for p in mine}
-        consumer.commit(offsets)
+        topic = self.a.topic
+        self.consumer.commit(
+            {TopicPartition(topic, p): OffsetAndMetadata(offset, "", -1) for p in partitions}
+        )
         return []
 
-    async def poll_briefly() -> None:
-        consumer.poll(timeout_ms=200)
+    async def poll_briefly(self) -> None:
+        self.consumer.poll(timeout_ms=200)
 
-    if not a.no_subscribe:
-        consumer.subscribe([a.topic], listener=Listener())
-    commands = stdin_commands()
-    emit("ready")
-    # kafka-python 3.0.12 races its JoinGroup/SyncGroup task against poll()'s timer
-    # (coordinator/base.py join_group_async): when the task completes just as a poll times out,
-    # the next poll finds it done, drops its result and sends a NEW JoinGroup; from a static
-    # leader that rejoined into a stable group this is (as in Kafka) a leader rejoin, i.e. a
-    # full rebalance. The longer the poll (1 s by default), the rarer that window; commands then
-    # wait up to one poll.
-    poll_ms = 1000 if a.poll_ms is None else a.poll_ms
-    while True:
-        if a.no_subscribe:
-            try:
-                cmd = commands.get(timeout=0.1)
-            except queue.Empty:
-                continue
-        else:
-            try:
-                consumer.poll(timeout_ms=poll_ms)
-            except KafkaError as e:
-                # kafka-python 3.0 lets e.g. KafkaConnectionError('111 ECONNREFUSED') escape
-                # poll() while the coordinator is down; an application retries the poll
-                if not e.retriable or a.poll_errors == "fail":
-                    raise
-                emit("poll_error", error=repr(e))
-                time.sleep(0.1)
-            try:
-                cmd = commands.get_nowait()
-            except queue.Empty:
-                continue
-        verb, _, arg = cmd.partition(" ")
-        try:
-            if verb == "commit":
-                run_sync(
-                    commit(a, int(arg), lambda: parts(assigned), attempt, poll_briefly, member)
-                )
-            elif verb == "committed":
-                tps = [TopicPartition(a.topic, p) for p in wanted(arg, parts(assigned))]
-                emit("offsets", offsets={tp.partition: norm(consumer.committed(tp)) for tp in tps})
-            elif verb == "close":
-                consumer.close()
-                emit("closed")
-                return
-        except Exception as e:
-            emit("error", cmd=cmd, error=repr(e))
+    async def committed(self, partitions: list[int]) -> dict[int, int | None]:
+        from kafka import TopicPartition
+
+        tps = [TopicPartition(self.a.topic, p) for p in partitions]
+        return {tp.partition: norm(self.consumer.committed(tp)) for tp in tps}
+
+    async def close(self) -> None:
+        self.consumer.close()
 
 
-def run_confluent(a: argparse.Namespace) -> None:
-    from confluent_kafka import Consumer, TopicPartition
+class Confluent(Driver):
+    async def start(self) -> None:
+        from confluent_kafka import Consumer
 
-    conf: dict[str, Any] = {
-        "bootstrap.servers": a.bootstrap,
-        "group.id": a.group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "session.timeout.ms": a.session_timeout_ms,
-        "heartbeat.interval.ms": a.heartbeat_interval_ms,
-        "partition.assignment.strategy": a.strategy,
-        "client.id": a.client_id,
-        "topic.metadata.refresh.interval.ms": 2000,
-    }
-    if a.instance:
-        conf["group.instance.id"] = a.instance
-    if a.debug:  # e.g. "cgrp" or "cgrp,protocol": librdkafka's own log, to stderr
-        conf["debug"] = a.debug
-    if a.reconnect_backoff_max_ms is not None:
-        conf["reconnect.backoff.ms"] = min(100, a.reconnect_backoff_max_ms)
-        conf["reconnect.backoff.max.ms"] = a.reconnect_backoff_max_ms
-    if a.stats:
-
-        def on_stats(raw: str) -> None:
-            try:
-                cgrp = json.loads(raw).get("cgrp") or {}
-            except ValueError:
-                return
-            emit(
-                "stats",
-                state=cgrp.get("state"),
-                join_state=cgrp.get("join_state"),
-                rebalance_cnt=cgrp.get("rebalance_cnt"),
-                rebalance_reason=cgrp.get("rebalance_reason"),
-                assignment_size=cgrp.get("assignment_size"),
+        a = self.a
+        conf: dict[str, Any] = {
+            "bootstrap.servers": a.bootstrap,
+            "group.id": a.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": a.session_timeout_ms,
+            "heartbeat.interval.ms": a.heartbeat_interval_ms,
+            "partition.assignment.strategy": a.strategy,
+            "client.id": a.client_id,
+            "topic.metadata.refresh.interval.ms": 2000,
+        }
+        if a.instance:
+            conf["group.instance.id"] = a.instance
+        if a.debug:  # e.g. "cgrp" or "cgrp,protocol": librdkafka's own log, to stderr
+            conf["debug"] = a.debug
+        if a.reconnect_backoff_max_ms is not None:
+            conf["reconnect.backoff.ms"] = min(100, a.reconnect_backoff_max_ms)
+            conf["reconnect.backoff.max.ms"] = a.reconnect_backoff_max_ms
+        if a.stats:
+            conf.update(
+                {"statistics.interval.ms": 1000, "stats_cb": on_stats, "error_cb": on_error}
             )
+        self.consumer = consumer = Consumer(conf)
+        self.partitions: set[int] = set()
+        self.poll_s = 0.1 if a.poll_ms is None else a.poll_ms / 1000
+        cooperative = a.strategy == "cooperative-sticky"
+        owned, member = self.partitions, self.member
 
-        def on_error(err: Any) -> None:
-            emit("client_error", error=str(err))
+        def on_assign(c: Any, new: Any) -> None:
+            owned.update(tp.partition for tp in new)
+            if cooperative:
+                c.incremental_assign(new)
+            emit("assigned", partitions=parts(new), all=sorted(owned), **member())
 
-        conf.update({"statistics.interval.ms": 1000, "stats_cb": on_stats, "error_cb": on_error})
-    consumer = Consumer(conf)
-    assigned: set[int] = set()
-    cooperative = a.strategy == "cooperative-sticky"
+        def on_revoke(c: Any, revoked: Any) -> None:
+            owned.difference_update(tp.partition for tp in revoked)
+            if cooperative:
+                c.incremental_unassign(revoked)
+            emit("revoked", partitions=parts(revoked), all=sorted(owned), **member())
 
-    def member() -> dict[str, Any]:
+        if not a.no_subscribe:
+            consumer.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke)
+
+    async def poll(self) -> None:
+        msg = self.consumer.poll(self.poll_s)
+        if msg is not None and msg.error() is not None:
+            emit("client_error", error=str(msg.error()))
+
+    def assigned(self) -> list[int]:
+        return sorted(self.partitions)
+
+    def member(self) -> dict[str, Any]:
         try:
-            return {"member": consumer.memberid()}
+            return {"member": self.consumer.memberid()}
         except Exception:
             return {}
 
-    def on_assign(c: Any, new: Any) -> None:
-        assigned.update(tp.partition for tp in new)
-        if cooperative:
-            c.incremental_assign(new)
-        emit("assigned", partitions=parts(new), all=sorted(assigned), **member())
+    async def attempt(self, partitions: list[int], offset: int) -> list[tuple[int, str]]:
+        from confluent_kafka import TopicPartition
 
-    def on_revoke(c: Any, revoked: Any) -> None:
-        assigned.difference_update(tp.partition for tp in revoked)
-        if cooperative:
-            c.incremental_unassign(revoked)
-        emit("revoked", partitions=parts(revoked), all=sorted(assigned), **member())
-
-    async def attempt(mine: list[int], offset: int) -> list[tuple[int, str]]:
-        tps = [TopicPartition(a.topic, p, offset) for p in mine]
-        done = consumer.commit(offsets=tps, asynchronous=False) or []
+        tps = [TopicPartition(self.a.topic, p, offset) for p in partitions]
+        done = self.consumer.commit(offsets=tps, asynchronous=False) or []
         return [(tp.partition, str(tp.error)) for tp in done if tp.error is not None]
 
-    async def poll_briefly() -> None:
-        consumer.poll(0.2)
+    async def poll_briefly(self) -> None:
+        self.consumer.poll(0.2)
 
-    if not a.no_subscribe:
-        consumer.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke)
-    commands = stdin_commands()
-    emit("ready")
-    poll_s = 0.1 if a.poll_ms is None else a.poll_ms / 1000
-    while True:
-        if a.no_subscribe:
-            try:
-                cmd = commands.get(timeout=0.1)
-            except queue.Empty:
-                continue
-        else:
-            msg = consumer.poll(poll_s)
-            if msg is not None and msg.error() is not None:
-                emit("client_error", error=str(msg.error()))
-            try:
-                cmd = commands.get_nowait()
-            except queue.Empty:
-                continue
-        verb, _, arg = cmd.partition(" ")
-        try:
-            if verb == "commit":
-                run_sync(
-                    commit(a, int(arg), lambda: sorted(assigned), attempt, poll_briefly, member)
-                )
-            elif verb == "committed":
-                tps = [TopicPartition(a.topic, p) for p in wanted(arg, sorted(assigned))]
-                got = consumer.committed(tps, timeout=10)
-                emit("offsets", offsets={tp.partition: norm(tp.offset) for tp in got})
-            elif verb == "close":
-                consumer.close()
-                emit("closed")
-                return
-        except Exception as e:
-            emit("error", cmd=cmd, error=repr(e))
+    async def committed(self, partitions: list[int]) -> dict[int, int | None]:
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(self.a.topic, p) for p in partitions]
+        got = self.consumer.committed(tps, timeout=10)
+        return {tp.partition: norm(tp.offset) for tp in got}
+
+    async def close(self) -> None:
+        self.consumer.close()
 
 
-def run_aiokafka(a: argparse.Namespace) -> None:
-    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from aiokafka.errors import KafkaError as AioKafkaError
+def on_stats(raw: str) -> None:
+    """librdkafka's statistics (--stats): the consumer group's part, as an event."""
+    try:
+        cgrp = json.loads(raw).get("cgrp") or {}
+    except ValueError:
+        return
+    emit(
+        "stats",
+        state=cgrp.get("state"),
+        join_state=cgrp.get("join_state"),
+        rebalance_cnt=cgrp.get("rebalance_cnt"),
+        rebalance_reason=cgrp.get("rebalance_reason"),
+        assignment_size=cgrp.get("assignment_size"),
+    )
 
-    strategies = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
-    poll_ms = 100 if a.poll_ms is None else a.poll_ms
 
-    async def main() -> None:
-        consumer = AIOKafkaConsumer(
+def on_error(err: Any) -> None:
+    emit("client_error", error=str(err))
+
+
+class Aiokafka(Driver):
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+        a = self.a
+        strategies = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
+        self.consumer = consumer = AIOKafkaConsumer(
             bootstrap_servers=a.bootstrap,
             group_id=a.group,
             group_instance_id=a.instance,
@@ -378,69 +420,64 @@ def run_aiokafka(a: argparse.Namespace) -> None:
             client_id=a.client_id,
             fetch_max_wait_ms=200,
         )
-        assigned: set[Any] = set()
-
-        def member() -> dict[str, Any]:
-            try:
-                c = consumer._coordinator
-                return {"member": c.member_id, "generation": c.generation}
-            except Exception:  # private API: diagnostics only
-                return {}
+        self.tps: set[Any] = set()
+        self.poll_ms = 100 if a.poll_ms is None else a.poll_ms
+        tps, member = self.tps, self.member
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             async def on_partitions_revoked(self, revoked: Any) -> None:
-                assigned.difference_update(revoked)
-                emit("revoked", partitions=parts(revoked), all=parts(assigned), **member())
+                tps.difference_update(revoked)
+                emit("revoked", partitions=parts(revoked), all=parts(tps), **member())
 
             async def on_partitions_assigned(self, new: Any) -> None:
-                assigned.update(new)
-                emit("assigned", partitions=parts(new), all=parts(assigned), **member())
-
-        async def attempt(mine: list[int], offset: int) -> list[tuple[int, str]]:
-            await consumer.commit({TopicPartition(a.topic, p): offset for p in mine})
-            return []
-
-        async def poll_briefly() -> None:
-            await consumer.getmany(timeout_ms=200)
+                tps.update(new)
+                emit("assigned", partitions=parts(new), all=parts(tps), **member())
 
         await consumer.start()
         if not a.no_subscribe:
             consumer.subscribe([a.topic], listener=Listener())
-        commands = stdin_commands()
-        emit("ready")
-        while True:
-            if a.no_subscribe:
-                await asyncio.sleep(0.1)
-            else:
-                try:
-                    await consumer.getmany(timeout_ms=poll_ms)
-                except AioKafkaError as e:
-                    if not getattr(e, "retriable", False) or a.poll_errors == "fail":
-                        raise
-                    emit("poll_error", error=repr(e))
-                    await asyncio.sleep(0.1)
-            try:
-                cmd = commands.get_nowait()
-            except queue.Empty:
-                continue
-            verb, _, arg = cmd.partition(" ")
-            try:
-                if verb == "commit":
-                    await commit(
-                        a, int(arg), lambda: parts(assigned), attempt, poll_briefly, member
-                    )
-                elif verb == "committed":
-                    tps = [TopicPartition(a.topic, p) for p in wanted(arg, parts(assigned))]
-                    got = {tp.partition: norm(await consumer.committed(tp)) for tp in tps}
-                    emit("offsets", offsets=got)
-                elif verb == "close":
-                    await consumer.stop()
-                    emit("closed")
-                    return
-            except Exception as e:
-                emit("error", cmd=cmd, error=repr(e))
 
-    asyncio.run(main())
+    async def poll(self) -> None:
+        from aiokafka.errors import KafkaError as AioKafkaError
+
+        try:
+            await self.consumer.getmany(timeout_ms=self.poll_ms)
+        except AioKafkaError as e:
+            if not getattr(e, "retriable", False) or self.a.poll_errors == "fail":
+                raise
+            emit("poll_error", error=repr(e))
+            await asyncio.sleep(0.1)
+
+    async def idle(self) -> None:
+        await asyncio.sleep(0.1)
+
+    def assigned(self) -> list[int]:
+        return parts(self.tps)
+
+    def member(self) -> dict[str, Any]:
+        try:
+            c = self.consumer._coordinator
+            return {"member": c.member_id, "generation": c.generation}
+        except Exception:  # private API: diagnostics only
+            return {}
+
+    async def attempt(self, partitions: list[int], offset: int) -> list[tuple[int, str]]:
+        from aiokafka import TopicPartition
+
+        await self.consumer.commit({TopicPartition(self.a.topic, p): offset for p in partitions})
+        return []
+
+    async def poll_briefly(self) -> None:
+        await self.consumer.getmany(timeout_ms=200)
+
+    async def committed(self, partitions: list[int]) -> dict[int, int | None]:
+        from aiokafka import TopicPartition
+
+        tps = [TopicPartition(self.a.topic, p) for p in partitions]
+        return {tp.partition: norm(await self.consumer.committed(tp)) for tp in tps}
+
+    async def close(self) -> None:
+        await self.consumer.stop()
 
 
 # Client library logs go to stderr (the harness keeps a file per consumer). kafka-python's
@@ -494,9 +531,10 @@ def main() -> None:
     a.instance = a.instance or None
     setup_logging(os.environ.get("E2E_CLIENT_LOG", DEFAULT_LOG))
     try:
-        {"kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "confluent": run_confluent}[
-            a.client
-        ](a)
+        if a.client == "aiokafka":
+            asyncio.run(Aiokafka(a).run())
+        else:
+            run_sync({"kafka-python": KafkaPython, "confluent": Confluent}[a.client](a).run())
     except Exception as e:  # report, then fail the process
         emit("error", error=repr(e))
         raise
