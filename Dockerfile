@@ -6,6 +6,7 @@ COPY app ./app
 COPY storage ./storage
 COPY api ./api
 COPY migrations ./migrations
+COPY cli ./cli
 RUN pip install --no-cache-dir .
 ENV COORD_KAFKA_LISTEN=0.0.0.0:9092 \
     COORD_ADMIN_LISTEN=0.0.0.0:8080

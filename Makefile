@@ -25,8 +25,11 @@ run: install
 migrate: install
 	$(VENV)/bin/coordinator migrate
 
+LINTED := app storage api pipeline cli bench tests
+
 lint: install
-	$(VENV)/bin/ruff check app storage api pipeline bench tests
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
 test: install deps lint

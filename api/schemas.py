@@ -10,7 +10,9 @@ class StaticMembersIn(BaseModel):
         description="group.instance.id of each static member expected to join", max_length=10_000
     )
     expansion_timeout_ms: int = Field(
-        default=60_000, gt=0, le=3_600_000,
+        default=60_000,
+        gt=0,
+        le=3_600_000,
         description="how long, from the first registered JoinGroup, the join phase waits for "
         "the rest of the batch",
     )

@@ -177,7 +177,7 @@ def main() -> None:
             [
                 PY,
                 "-m",
-                "app.cli",
+                "cli.main",
                 "audit",
                 "--input",
                 str(src),

@@ -39,6 +39,7 @@ from typing import Any
 
 from bench.common import node, run_async, run_workers, worker_processes
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate
+from tests.support.consumer_bytes import assignment, subscription
 
 TOPIC = "bench-commits"
 MEMBERS = 10  # members (= committed partitions) per group; one connection per group
@@ -57,18 +58,6 @@ _ERR = struct.Struct(">h")
 
 
 # ==== load generator (runs in worker processes) =================================================
-
-
-def _subscription(topic: str) -> bytes:
-    """ConsumerProtocolSubscription v0."""
-    t = topic.encode()
-    return struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">i", -1)
-
-
-def _assignment(topic: str, partition: int) -> bytes:
-    """ConsumerProtocolAssignment v0, one partition."""
-    t = topic.encode()
-    return struct.pack(">hih", 0, 1, len(t)) + t + struct.pack(">iii", 1, partition, -1)
 
 
 class _Stats:
@@ -100,7 +89,7 @@ class _Member:
 
 
 def _make_client_class() -> Any:
-    from tests.kafka_client import KafkaTestClient
+    from tests.support.kafka_client import KafkaTestClient
 
     class CommitClient(KafkaTestClient):
         """KafkaTestClient whose hot-loop replies bypass futures and kio decoding: the reply
@@ -149,12 +138,15 @@ def _make_client_class() -> Any:
 async def _join(client: Any, group: str, n: int) -> tuple[int, list[_Member]]:
     """n members join `group` (KIP-394 member-id round trip), the leader assigns one
     partition each, everyone syncs. Returns the generation and the members."""
-    sub = _subscription(TOPIC)
+    sub = subscription([TOPIC])
 
     def join(member_id: str) -> Any:
         return client.send(
             client.join_group_request(
-                group, member_id, protocols=[("range", sub)], session_timeout_ms=30_000,
+                group,
+                member_id,
+                protocols=[("range", sub)],
+                session_timeout_ms=30_000,
                 rebalance_timeout_ms=60_000,
             )
         )
@@ -170,12 +162,14 @@ async def _join(client: Any, group: str, n: int) -> tuple[int, list[_Member]]:
     leader = joined[0].leader
     order = sorted(ids)
     plan = {mid: order.index(mid) for mid in ids}
-    assignments = {m: _assignment(TOPIC, p) for m, p in plan.items()}
+    assignments = {m: assignment({TOPIC: [p]}) for m, p in plan.items()}
     syncs = await asyncio.gather(
         *(
             client.send(
                 client.sync_group_request(
-                    group, gen, mid,
+                    group,
+                    gen,
+                    mid,
                     assignments=assignments if mid == leader else None,
                 )
             )
@@ -339,9 +333,7 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
     # read back: the committed offset of every member's partition is its last acked offset
     bad: list[str] = []
     for client, _, members in groups:
-        resp = await client.offset_fetch(
-            members[0].group, [(TOPIC, m.partition) for m in members]
-        )
+        resp = await client.offset_fetch(members[0].group, [(TOPIC, m.partition) for m in members])
         got = {p.partition_index: p.committed_offset for p in resp.groups[0].topics[0].partitions}
         bad += [
             f"{m.group}/{m.partition}: fetched {got.get(m.partition)} acked {m.acked}"
@@ -534,8 +526,13 @@ def _durable(
 
 
 def _measure(
-    opts: BenchOptions, name: str, db_url: str | None, n_groups: int, window: float,
-    warmup: float, read_log: Any,
+    opts: BenchOptions,
+    name: str,
+    db_url: str | None,
+    n_groups: int,
+    window: float,
+    warmup: float,
+    read_log: Any,
 ) -> dict[str, Any]:
     """Start a node, run the committers, SIGKILL the node, check the log. One result dict."""
     env = {
@@ -674,8 +671,16 @@ def run(opts: BenchOptions) -> Figure:
         title="3. Durable offset commits/s",
         goal="≥ 25% of the raw 100-row-batch append floor (rows/s) on each backend",
         columns=[
-            "backend", "commits/s", "floor rows/s", "ratio", "node CPU", "load-gen CPU",
-            "machine CPU", "p50", "p99", "read back · in log",
+            "backend",
+            "commits/s",
+            "floor rows/s",
+            "ratio",
+            "node CPU",
+            "load-gen CPU",
+            "machine CPU",
+            "p50",
+            "p99",
+            "read back · in log",
         ],
         rows=table,
         verdict="; ".join(verdicts) + f"; goal ≥ 25% on both: {met}",

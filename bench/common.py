@@ -1,8 +1,8 @@
 """Shared plumbing: coordinator nodes in their own processes, load generators in several.
 
 A load generator must not be the bottleneck (issue 6): figures spread their clients over
-`worker_processes()` OS processes running `tests/kafka_client.py` (raw frames, many requests in
-flight), started together at an agreed wall-clock instant so their windows overlap.
+`worker_processes()` OS processes running `tests/support/kafka_client.py` (raw frames, many
+requests in flight), started together at an agreed wall-clock instant so their windows overlap.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import ROOT, BenchOptions
-from tests.integration.harness import CoordinatorProcess
+from tests.support.nodes import CoordinatorProcess
 
 try:  # the node serves on uvloop when it is installed; the load generators should too
     import uvloop

@@ -25,7 +25,7 @@
    node that then owns the most partitions.
 
 Compaction is pushed out of the way (COORD_COMPACTION_INTERVAL_MS=1h) so the log keeps the
-size it was written with. Uses tests/integration/harness.py's CoordinatorProcess (imported).
+size it was written with. Nodes are tests/support/nodes.py's CoordinatorProcess.
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -72,7 +70,8 @@ from app.group.records import (  # noqa: E402
 )
 from bench.report import code_version, machine_info  # noqa: E402
 from storage.log import AppendBatch, EventLog  # noqa: E402
-from tests.integration.harness import CoordinatorProcess  # noqa: E402
+from tests.support.consumer_bytes import assignment, subscription  # noqa: E402
+from tests.support.nodes import CoordinatorProcess  # noqa: E402
 from tests.support.postgres import PrivatePostgres  # noqa: E402
 
 FAKE_NODE = 9999  # the writer of the pre-populated log (never a live node id)
@@ -80,9 +79,7 @@ PG_DB = f"bench_failover_{os.getpid()}"  # per run: a node orphaned by a killed 
 POLL_S = 0.020
 NODE_LOG_LEVEL = "WARNING"
 # the floor reads what a load needs (EventLog.read_latest): four columns, in log order
-RAW_SQL = (
-    'SELECT "offset", record_type, key, value FROM log_records ORDER BY "partition", "offset"'
-)
+RAW_SQL = 'SELECT "offset", record_type, key, value FROM log_records ORDER BY "partition", "offset"'
 
 
 def now_ms() -> int:
@@ -94,31 +91,6 @@ def log(msg: str) -> None:
 
 
 # ==== a realistic log ==========================================================================
-
-
-def _str16(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def encode_subscription(topics: Sequence[str]) -> bytes:
-    """ConsumerProtocolSubscription v0: topics, no user data."""
-    return (
-        struct.pack(">hi", 0, len(topics))
-        + b"".join(_str16(t) for t in topics)
-        + struct.pack(">i", -1)
-    )
-
-
-def encode_assignment(topic: str, partitions: Sequence[int]) -> bytes:
-    """ConsumerProtocolAssignment v0: one topic, no user data."""
-    return (
-        struct.pack(">hi", 0, 1)
-        + _str16(topic)
-        + struct.pack(">i", len(partitions))
-        + b"".join(struct.pack(">i", p) for p in partitions)
-        + struct.pack(">i", -1)
-    )
 
 
 OFFSET = RecordType.OFFSET_COMMIT
@@ -159,8 +131,8 @@ def _metadata(rng: random.Random, g: _Group, ts: int, empty: bool) -> Record:
                 client_host=f"/10.0.{i}.{rng.randint(1, 254)}",
                 rebalance_timeout_ms=300_000,
                 session_timeout_ms=300_000,  # nobody expires while the benchmark runs
-                subscription=encode_subscription([g.topic]),
-                assignment=encode_assignment(g.topic, mine),
+                subscription=subscription([g.topic]),
+                assignment=assignment({g.topic: mine}),
             )
         )
     value = GroupMetadataValue(
@@ -358,11 +330,6 @@ async def inprocess_breakdown(url: str, partitions: int) -> dict[str, float]:
 # ==== nodes ====================================================================================
 
 
-def get_json(url: str, timeout: float = 2.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
 def node_env(partitions: int, ttl_ms: int, node_id: int) -> dict[str, str]:
     return {
         "COORD_NODE_ID": str(node_id),
@@ -371,28 +338,6 @@ def node_env(partitions: int, ttl_ms: int, node_id: int) -> dict[str, str]:
         "COORD_COMPACTION_INTERVAL_MS": "3600000",
         "COORD_LOG_LEVEL": NODE_LOG_LEVEL,
     }
-
-
-def wait_ready(node: CoordinatorProcess, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if node.proc is not None and node.proc.poll() is not None:
-            raise RuntimeError(f"node exited with {node.proc.returncode}:\n{node.logs()}")
-        try:
-            with urllib.request.urlopen(node.admin_url + "/readyz", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except (OSError, urllib.error.HTTPError):
-            pass
-        time.sleep(POLL_S)
-    raise TimeoutError(f"not ready after {timeout}s:\n{node.logs()}")
-
-
-def log_count(node: CoordinatorProcess, needle: str) -> int:
-    """Lines of the node's logs (every start) containing `needle`."""
-    return sum(
-        f.read_text(errors="replace").count(needle) for f in node.workdir.glob("coordinator-*.log")
-    )
 
 
 LOAD_FAILED = "failed to load"  # node.py's warning when a load fails and is retried
@@ -460,7 +405,7 @@ def measure_load(
         t0 = time.perf_counter()
         node.start(wait_ready=False)
         spy = attach_py_spy(py_spy, node, wd / "py-spy.txt") if py_spy and size else None
-        wait_ready(node, timeout=600)
+        node.wait_ready(timeout=600, poll=POLL_S)
         ready_s = time.perf_counter() - t0
         # /readyz only looks at the partitions the node holds: a partition whose load failed
         # was given back and is not counted until claimed again, so wait for all of them
@@ -469,7 +414,7 @@ def measure_load(
             spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
             spy.wait(30)
             profile = summarize_profile(wd / "py-spy.txt")
-    failures = log_count(node, LOAD_FAILED)
+    failures = node.log_text().count(LOAD_FAILED)
     raw.append(raw_scan(url))
     mine = [p for p in view["partitions"] if p["state"] == "active" and p["partition"] >= 0]
     loads = [p["load_ms"] or 0.0 for p in mine]
@@ -492,7 +437,7 @@ def wait_all_active(
     t0), or (last view, None) after `timeout`."""
     want = set(range(-1, partitions))
     while True:
-        view = get_json(node.admin_url + "/cluster", timeout=5)
+        view = node.get("/cluster", timeout=5)
         t = time.perf_counter()
         if {p["partition"] for p in view["partitions"] if p["state"] == "active"} >= want:
             return view, t - t0
@@ -585,13 +530,7 @@ class FailoverResult:
 
 
 def views(nodes: Sequence[CoordinatorProcess]) -> dict[int, dict[str, Any]]:
-    out = {}
-    for i, n in enumerate(nodes):
-        if n.proc is None or n.proc.poll() is not None:
-            continue
-        with contextlib.suppress(OSError, ValueError):
-            out[i] = get_json(n.admin_url + "/cluster", timeout=1)
-    return out
+    return {i: v for i, n in enumerate(nodes) if (v := n.cluster(timeout=1)) is not None}
 
 
 def served(v: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -604,7 +543,7 @@ def settled(
 ) -> dict[int, dict[str, Any]] | None:
     """Every live node's view once each partition is active on exactly one node, the one the
     placement plan names, and every live node serves some; else None."""
-    live = [i for i, n in enumerate(nodes) if n.proc is not None and n.proc.poll() is None]
+    live = [i for i, n in enumerate(nodes) if n.running]
     vs = views(nodes)
     if sorted(vs) != live:
         return None
@@ -644,7 +583,7 @@ def kill_and_measure(
     victim = max(vs, key=lambda i: (len(served(vs[i])), -i))
     survivors = [n for i, n in enumerate(nodes) if i != victim]
     epochs = {pid: p["epoch"] for v in vs.values() for pid, p in served(v).items()}
-    pre = get_json(nodes[victim].admin_url + "/cluster")
+    pre = nodes[victim].get("/cluster", timeout=2)
     lost = set(served(pre))
     left = [p["lease_expires_in_ms"] for p in served(pre).values()
             if p["lease_expires_in_ms"] is not None]  # fmt: skip
@@ -668,7 +607,7 @@ def kill_and_measure(
         claimed: set[int] = set()
         for n in survivors:
             with contextlib.suppress(OSError, ValueError):
-                for pid, p in served(get_json(n.admin_url + "/cluster", timeout=1)).items():
+                for pid, p in served(n.get("/cluster", timeout=1)).items():
                     claimed.add(pid)
                     if p["state"] == "active":
                         active[pid] = p
@@ -719,7 +658,7 @@ def measure_failover(
             result.runs.append(run)
             try:
                 for n in nodes:
-                    if n.proc is None or n.proc.poll() is not None:
+                    if not n.running:
                         n.start(wait_ready=False)
                         wait_settled(nodes, partitions, settle_timeout)  # (re)joined
                 vs = wait_settled(nodes, partitions, settle_timeout)
@@ -738,7 +677,7 @@ def measure_failover(
                 f"{run.reloaded} records, {run.extra_moves} extra lease moves)"
             )
             t0 = time.perf_counter()
-    result.load_failures = sum(log_count(n, LOAD_FAILED) for n in nodes)
+    result.load_failures = sum(n.log_text().count(LOAD_FAILED) for n in nodes)
     return result
 
 

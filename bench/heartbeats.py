@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ from typing import Any
 from app.group.messages import Error
 from bench.common import node, run_async, run_workers, sleep_until, start_barrier, worker_processes
 from bench.report import ROOT, BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
-from tests.kafka_client import KafkaTestClient
+from tests.support.consumer_bytes import assignment, subscription
+from tests.support.kafka_client import KafkaTestClient
 
 TOPIC = "hb"
 MEMBERS_PER_GROUP = 10
@@ -68,23 +69,6 @@ GOAL = 0.40
 # ---- group formation (bench process) -----------------------------------------------------------
 
 
-def _subscription(topics: Sequence[str]) -> bytes:
-    """ConsumerProtocolSubscription v0, no user data."""
-    out = [struct.pack(">hi", 0, len(topics))]
-    for t in topics:
-        b = t.encode()
-        out.append(struct.pack(">h", len(b)) + b)
-    return b"".join(out) + struct.pack(">i", -1)
-
-
-def _assignment(topic: str, partitions: Sequence[int]) -> bytes:
-    """ConsumerProtocolAssignment v0 with one topic, no user data."""
-    b = topic.encode()
-    out = struct.pack(">hih", 0, 1, len(b)) + b + struct.pack(">i", len(partitions))
-    out += b"".join(struct.pack(">i", p) for p in partitions)
-    return out + struct.pack(">i", -1)
-
-
 def _check(what: str, code: Any) -> None:
     value = int(getattr(code, "value", code))
     if value != 0:
@@ -94,7 +78,7 @@ def _check(what: str, code: Any) -> None:
 async def _form_group(client: KafkaTestClient, group: str) -> tuple[list[bytes], int]:
     """Join + sync MEMBERS_PER_GROUP static members pipelined on one connection; returns
     their pre-encoded Heartbeat frames (correlation id = member index) and the reply size."""
-    sub = _subscription([TOPIC])
+    sub = subscription([TOPIC])
     instances = [f"{group}-m{m}" for m in range(MEMBERS_PER_GROUP)]
     joins = await asyncio.wait_for(
         asyncio.gather(
@@ -122,7 +106,7 @@ async def _form_group(client: KafkaTestClient, group: str) -> tuple[list[bytes],
     if any(r.generation_id != generation for r in joins) or leader not in ids:
         raise RuntimeError(f"JoinGroup {group}: members disagree on generation/leader")
     # range assignor: one partition per member in member-id order
-    assignments = {m: _assignment(TOPIC, [i]) for i, m in enumerate(sorted(ids))}
+    assignments = {m: assignment({TOPIC: [i]}) for i, m in enumerate(sorted(ids))}
     syncs = await asyncio.wait_for(
         asyncio.gather(
             *(
@@ -171,8 +155,7 @@ async def _form_group(client: KafkaTestClient, group: str) -> tuple[list[bytes],
 async def form_groups(port: int, groups: int) -> tuple[list[list[bytes]], int]:
     """Every group Stable; per connection (= group) its members' Heartbeat frames."""
     clients = [
-        await KafkaTestClient.connect("127.0.0.1", port, client_id=f"hb-{g}")
-        for g in range(groups)
+        await KafkaTestClient.connect("127.0.0.1", port, client_id=f"hb-{g}") for g in range(groups)
     ]
     try:
         got = await asyncio.gather(
@@ -605,8 +588,15 @@ def run(opts: BenchOptions) -> Figure:
     if errors or disorder:
         verdict = f"FAILED: {_errors_text(errors, disorder)}; {verdict}"
     columns = [
-        "server", "heartbeats/s", "vs echo", "p50", "p99", "server CPU", "load generators",
-        "machine busy (cores)", "errors",
+        "server",
+        "heartbeats/s",
+        "vs echo",
+        "p50",
+        "p99",
+        "server CPU",
+        "load generators",
+        "machine busy (cores)",
+        "errors",
     ]
     rows = [
         _row("coordinator node (SQLite)", node_w, fmt_pct(ratio)),

@@ -33,6 +33,7 @@ from app.group.records import (
 )
 from bench import failover as fo
 from bench.report import BenchOptions, Figure, fmt_pct, fmt_rate
+from tests.support.consumer_bytes import assignment, subscription
 
 PARTITIONS = 16
 
@@ -53,8 +54,8 @@ def groups_log(n_groups: int, partitions: int) -> dict[int, list[Record]]:
                 client_host=f"/10.1.{g % 250}.{i + 1}",
                 rebalance_timeout_ms=300_000,
                 session_timeout_ms=300_000,  # nobody expires while the benchmark runs
-                subscription=fo.encode_subscription([topic]),
-                assignment=fo.encode_assignment(topic, [i]),
+                subscription=subscription([topic]),
+                assignment=assignment({topic: [i]}),
             )
             for i in range(2)
         )

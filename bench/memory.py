@@ -28,7 +28,6 @@ import json
 import os
 import random
 import re
-import struct
 import sys
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any
 
 from bench.common import node, rss_bytes, run_workers, worker_processes
 from bench.report import BenchOptions, Figure, fmt_rate
+from tests.support import consumer_bytes
 
 KEY = "memory"
 TOPIC = "bench-orders"
@@ -60,16 +60,12 @@ COORDINATOR_ERRORS = {14, 15, 16}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDI
 def subscription(topic: str = TOPIC) -> bytes:
     """ConsumerProtocolSubscription v3: topics, null user data, no owned partitions,
     generation -1, null rack (34 bytes for TOPIC). A new object on every call."""
-    t = topic.encode()
-    return struct.pack(f">hih{len(t)}siiih", 3, 1, len(t), t, -1, 0, -1, -1)
+    return consumer_bytes.subscription([topic], version=3)
 
 
 def assignment(parts: list[int], topic: str = TOPIC) -> bytes:
     """ConsumerProtocolAssignment v3: one topic's partitions, null user data."""
-    t = topic.encode()
-    return struct.pack(
-        f">hih{len(t)}si{len(parts)}ii", 3, 1, len(t), t, len(parts), *parts, -1
-    )
+    return consumer_bytes.assignment({topic: parts}, version=3)
 
 
 def instance_id(group_id: str, j: int) -> str:
@@ -106,7 +102,7 @@ class _Conn:
     async def send(self, requests: list[Any]) -> list[Any]:
         from kio.index import load_response_schema
 
-        from tests.kafka_client import encode_request
+        from tests.support.kafka_client import encode_request
 
         frames, futures = [], []
         for req in requests:
@@ -118,9 +114,7 @@ class _Conn:
         return futures
 
 
-async def _form_group(
-    conns: list[_Conn], group_id: str, stats: dict[str, int]
-) -> None:
+async def _form_group(conns: list[_Conn], group_id: str, stats: dict[str, int]) -> None:
     """Every member of one group (one connection each, as real consumers) joins as a static
     member and syncs until it holds its assignment: REBALANCE_IN_PROGRESS/ILLEGAL_GENERATION
     on sync means re-join, a coordinator error means back off and retry."""
@@ -128,9 +122,13 @@ async def _form_group(
 
     def join(conn: _Conn, inst: str, member_id: str) -> Any:
         return conn.client.join_group_request(
-            group_id, member_id, protocols=[("range", subscription())],
-            session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS,
-            group_instance_id=inst, version=9,
+            group_id,
+            member_id,
+            protocols=[("range", subscription())],
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=REBALANCE_MS,
+            group_instance_id=inst,
+            version=9,
         )
 
     async def member(conn: _Conn, inst: str, joined: Any) -> None:
@@ -153,12 +151,18 @@ async def _form_group(
                     mid: assignment(list(range(k * PARTS_PER_MEMBER, (k + 1) * PARTS_PER_MEMBER)))
                     for k, mid in enumerate(ids)
                 }
-            (synced,) = await conn.send([
-                client.sync_group_request(
-                    group_id, jr.generation_id, member_id, assignments=plan,
-                    group_instance_id=inst, version=5,
-                )
-            ])
+            (synced,) = await conn.send(
+                [
+                    client.sync_group_request(
+                        group_id,
+                        jr.generation_id,
+                        member_id,
+                        assignments=plan,
+                        group_instance_id=inst,
+                        version=5,
+                    )
+                ]
+            )
             sr = await asyncio.wait_for(synced, 120)
             stats["syncs"] += 1
             err = int(sr.error_code)
@@ -177,20 +181,18 @@ async def _form_group(
     insts = [instance_id(group_id, j) for j in range(len(conns))]
     # the first JoinGroups go out back to back, so they land in one delay window
     firsts = [(await c.send([join(c, i, "")]))[0] for c, i in zip(conns, insts, strict=True)]
-    await asyncio.gather(
-        *(member(c, i, f) for c, i, f in zip(conns, insts, firsts, strict=True))
-    )
+    await asyncio.gather(*(member(c, i, f) for c, i, f in zip(conns, insts, firsts, strict=True)))
 
 
 async def _formation(a: dict[str, Any]) -> dict[str, Any]:
     import asyncio
 
-    from tests.kafka_client import KafkaTestClient
+    from tests.support.kafka_client import KafkaTestClient
 
     conns = [
-        _Conn(await KafkaTestClient.connect(
-            "127.0.0.1", a["port"], client_id=f"mem-{a['tag']}-{i}"
-        ))
+        _Conn(
+            await KafkaTestClient.connect("127.0.0.1", a["port"], client_id=f"mem-{a['tag']}-{i}")
+        )
         for i in range(a["connections"])
     ]
     stats = {"joins": 0, "syncs": 0, "rejoins": 0, "coordinator_errors": 0, "members": 0}
@@ -275,9 +277,18 @@ def _model(a: dict[str, Any]) -> dict[str, Any]:
                 handle += 1
                 inst = instance_id(gid, j)
                 req = JoinGroupRequest(
-                    gid, "", inst, SESSION_MS, REBALANCE_MS, "consumer",
-                    (("range", subscription()),), cids[(first + gi) % CONNECTIONS],
-                    hosts[(first + gi) % CONNECTIONS], None, False, True,
+                    gid,
+                    "",
+                    inst,
+                    SESSION_MS,
+                    REBALANCE_MS,
+                    "consumer",
+                    (("range", subscription()),),
+                    cids[(first + gi) % CONNECTIONS],
+                    hosts[(first + gi) % CONNECTIONS],
+                    None,
+                    False,
+                    True,
                 )
                 core.join_group(handle, req, now)
                 joined[handle] = (gid, inst)
@@ -376,8 +387,10 @@ def _gauges(admin_url: str) -> tuple[dict[str, float], float]:
 def _check_groups(admin_url: str, ids: list[str], members: int) -> None:
     for gid in ids:
         g = json.loads(_get(f"{admin_url}/groups/{gid}"))
-        ok = g["state"] == "Stable" and len(g["members"]) == members and all(
-            m["assignment"] and m["group_instance_id"] for m in g["members"]
+        ok = (
+            g["state"] == "Stable"
+            and len(g["members"]) == members
+            and all(m["assignment"] and m["group_instance_id"] for m in g["members"])
         )
         if not ok:
             raise RuntimeError(f"group {gid} is not Stable with {members} assigned members: {g}")
@@ -414,7 +427,8 @@ def run(opts: BenchOptions) -> Figure:
     floor = 1024 + own
 
     with node(
-        opts, "memory",
+        opts,
+        "memory",
         COORD_TOPICS=f"{TOPIC}:{members * PARTS_PER_MEMBER}",
         COORD_INITIAL_REBALANCE_DELAY_MS=str(DELAY_MS),
         COORD_MAX_SESSION_TIMEOUT_MS="1800000",
@@ -426,12 +440,23 @@ def run(opts: BenchOptions) -> Figure:
         # warm-up: a few groups formed (they stay; their members are not counted)
         for f in ("go-warm", "release-warm"):
             (sync / f).touch()
-        run_workers(__name__, [{
-            "port": proc.kafka_port, "tag": "warm", "first": groups, "count": warm_groups,
-            "members": members, "connections": 5 * members,
-            "connected": str(sync / "connected-warm"), "go": str(sync / "go-warm"),
-            "ready": str(sync / "ready-warm"), "release": str(sync / "release-warm"),
-        }])
+        run_workers(
+            __name__,
+            [
+                {
+                    "port": proc.kafka_port,
+                    "tag": "warm",
+                    "first": groups,
+                    "count": warm_groups,
+                    "members": members,
+                    "connections": 5 * members,
+                    "connected": str(sync / "connected-warm"),
+                    "go": str(sync / "go-warm"),
+                    "ready": str(sync / "ready-warm"),
+                    "release": str(sync / "release-warm"),
+                }
+            ],
+        )
         _gauges(proc.admin_url)
         _check_groups(proc.admin_url, [group_name(groups)], members)
         before = _settled_rss(pid, 3, 0.5)
@@ -439,12 +464,16 @@ def run(opts: BenchOptions) -> Figure:
         release, go = sync / "release", sync / "go"
         args = [
             {
-                "port": proc.kafka_port, "tag": f"w{w}",
+                "port": proc.kafka_port,
+                "tag": f"w{w}",
                 "first": w * groups // nworkers,
                 "count": (w + 1) * groups // nworkers - w * groups // nworkers,
-                "members": members, "connections": max(members, conns // nworkers),
-                "connected": str(sync / f"connected-{w}"), "go": str(go),
-                "ready": str(sync / f"ready-{w}"), "release": str(release),
+                "members": members,
+                "connections": max(members, conns // nworkers),
+                "connected": str(sync / f"connected-{w}"),
+                "go": str(go),
+                "ready": str(sync / f"ready-{w}"),
+                "release": str(release),
             }
             for w in range(nworkers)
         ]
@@ -513,28 +542,48 @@ def run(opts: BenchOptions) -> Figure:
     worker_cpu = sum(s["cpu"] for s in stats)
 
     def row(what: str, total: float | None, bpm: float) -> list[str]:
-        return [what, _mib(total) if total is not None else "", f"{bpm:.0f} B",
-                f"{bpm / floor:.2f}x"]
+        return [
+            what,
+            _mib(total) if total is not None else "",
+            f"{bpm:.0f} B",
+            f"{bpm / floor:.2f}x",
+        ]
 
     rows = [
         row(
             f"floor: 1 KiB + own bytes ({mine['subscription']} B subscription + "
-            f"{mine['assignment']} B assignment + {mine['ids']} B ids)", floor * n, floor,
+            f"{mine['assignment']} B assignment + {mine['ids']} B ids)",
+            floor * n,
+            floor,
         ),
         row(f"**node RSS growth, {n:,} members in {groups:,} Stable groups**", grown, per),
-        row("node peak RSS during formation (sampled every 0.1 s) - before",
-            peak - before, (peak - before) / n),
+        row(
+            "node peak RSS during formation (sampled every 0.1 s) - before",
+            peak - before,
+            (peak - before) / n,
+        ),
         row("core state, same members through GroupCoordinator (tracemalloc)", core * n, core),
-        row("· payload objects: ids, subscription, assignment (with headers)",
-            payload * n, payload),
+        row(
+            "· payload objects: ids, subscription, assignment (with headers)", payload * n, payload
+        ),
         row("· bookkeeping: Member, Group, dicts, tuples", books * n, books),
-        row(f"· timers: dict + heap ({model['heap_entries'] / n:.1f} heap entries/member)",
-            timers * n, timers),
-        row(f"{conns} open connections, idle (RSS before forming - before; "
-            f"{(connected - before) / conns / 1024:.1f} KiB each)", connected - before, conn_share),
+        row(
+            f"· timers: dict + heap ({model['heap_entries'] / n:.1f} heap entries/member)",
+            timers * n,
+            timers,
+        ),
+        row(
+            f"{conns} open connections, idle (RSS before forming - before; "
+            f"{(connected - before) / conns / 1024:.1f} KiB each)",
+            connected - before,
+            conn_share,
+        ),
         row("rest of the RSS growth: runtime, allocator slack, SQLite cache", rest * n, rest),
-        row(f"model: + timers after {HB_ROUNDS} heartbeats/member (45 s session, 3 s interval)",
-            None, model["hb_per_member"]),
+        row(
+            f"model: + timers after {HB_ROUNDS} heartbeats/member (45 s session, 3 s interval)",
+            None,
+            model["hb_per_member"],
+        ),
     ]
     verdict = (
         f"{per:.0f} B/member = {per / floor:.2f}x the floor ({floor} B = 1 KiB + {own} B own); "
@@ -570,4 +619,3 @@ def run(opts: BenchOptions) -> Figure:
             "deadline): not in the measured RSS, which has no heartbeats",
         ],
     )
-

@@ -42,6 +42,7 @@ from app.group.consumer_protocol import decode_assignment
 from app.group.records import RecordType, group_key
 from bench.common import node, run_workers
 from bench.report import BenchOptions, Figure, fmt_ms, median, percentile
+from tests.support import consumer_bytes
 
 TOPIC = "rebalance"
 PARTITIONS = 1000
@@ -157,29 +158,12 @@ def _decode(frame: bytes, cls: Any) -> Any:
 # ---- consumer protocol bytes (what a Java consumer sends) ---------------------------------------
 
 
-def _s(s: str) -> bytes:
-    b = s.encode()
-    return _I16.pack(len(b)) + b
-
-
-def _topic_partitions(topic: str, parts: list[int]) -> bytes:
-    if not parts:
-        return _I32.pack(0)
-    return _I32.pack(1) + _s(topic) + _I32.pack(len(parts)) + struct.pack(f">{len(parts)}i", *parts)
-
-
 def subscription(topic: str, owned: list[int], generation: int) -> bytes:
     """ConsumerProtocolSubscription v3: topics, no user data, owned partitions, generation
     (KIP-792), no rack."""
-    return (
-        _I16.pack(3) + _I32.pack(1) + _s(topic) + _I32.pack(-1)
-        + _topic_partitions(topic, owned) + _I32.pack(generation) + _I16.pack(-1)
+    return consumer_bytes.subscription(
+        [topic], version=3, owned={topic: owned} if owned else {}, generation=generation
     )
-
-
-def assignment(topic: str, parts: list[int]) -> bytes:
-    """ConsumerProtocolAssignment v3, no user data."""
-    return _I16.pack(3) + _topic_partitions(topic, parts) + _I32.pack(-1)
 
 
 def _subscribed_topics(metadata: bytes) -> list[str]:
@@ -211,16 +195,7 @@ def range_assign(members: list[tuple[str, bytes]], partitions: dict[str, int]) -
             n = per + (1 if i < extra else 0)
             if n:
                 owned[m].append((t, list(range(start, start + n))))
-    out = {}
-    for m, tps in owned.items():
-        if len(tps) == 1:
-            out[m] = assignment(*tps[0])
-        else:  # several topics (not in this figure): the general layout
-            body = b"".join(
-                _s(t) + _I32.pack(len(ps)) + struct.pack(f">{len(ps)}i", *ps) for t, ps in tps
-            )
-            out[m] = _I16.pack(3) + _I32.pack(len(tps)) + body + _I32.pack(-1)
-    return out
+    return {m: consumer_bytes.assignment(dict(tps), version=3) for m, tps in owned.items()}
 
 
 # ---- the commit floor ---------------------------------------------------------------------------
@@ -418,9 +393,7 @@ class _Round:
     """One timed rebalance: every frame but the leader's SyncGroup is encoded up front; the
     replies drive the next frames from the connections' data_received callbacks."""
 
-    def __init__(
-        self, group: str, members: list[_Member], leader: int, generation: int
-    ) -> None:
+    def __init__(self, group: str, members: list[_Member], leader: int, generation: int) -> None:
         self.group = group
         self.members = members
         self.leader = leader
@@ -524,12 +497,14 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
             latency.append((rnd.t_end - t_sent) * 1e3)
             # where the time went: join phase, leader's reply, sync phase up to the first and
             # the last SyncGroup reply
-            phases.append([
-                (rnd.t_joined - t_sent) * 1e3,
-                (rnd.t_leader - t_sent) * 1e3,
-                (rnd.t_first_sync - rnd.t_joined) * 1e3,
-                (rnd.t_end - rnd.t_first_sync) * 1e3,
-            ])
+            phases.append(
+                [
+                    (rnd.t_joined - t_sent) * 1e3,
+                    (rnd.t_leader - t_sent) * 1e3,
+                    (rnd.t_first_sync - rnd.t_joined) * 1e3,
+                    (rnd.t_end - rnd.t_first_sync) * 1e3,
+                ]
+            )
             send_ms.append((t_sent - t_first) * 1e3)
             assign_ms.append(rnd.assign_s * 1e3)
             window += t_idle - t_first
@@ -595,13 +570,22 @@ def run(opts: BenchOptions) -> Figure:
             conns = min(100, max(1, n // 10))
             (res,) = run_workers(
                 "bench.rebalance",
-                [{
-                    "host": "127.0.0.1", "port": coord.kafka_port, "node_pid": coord.proc.pid,
-                    "group": group, "n": n, "conns": conns, "reps": reps, "warmup": 2,
-                    "hb": hb, "commits": 3 if opts.smoke else 2,
-                    "db": str(coord.workdir / "coordinator.db"),
-                    "floor_db": str(opts.workdir / f"rebalance-floor-{n}.db"),
-                }],
+                [
+                    {
+                        "host": "127.0.0.1",
+                        "port": coord.kafka_port,
+                        "node_pid": coord.proc.pid,
+                        "group": group,
+                        "n": n,
+                        "conns": conns,
+                        "reps": reps,
+                        "warmup": 2,
+                        "hb": hb,
+                        "commits": 3 if opts.smoke else 2,
+                        "db": str(coord.workdir / "coordinator.db"),
+                        "floor_db": str(opts.workdir / f"rebalance-floor-{n}.db"),
+                    }
+                ],
             )
             commit = median(res["commit_ms"])
             lat = res["latency_ms"]
@@ -614,14 +598,23 @@ def run(opts: BenchOptions) -> Figure:
             others = max(0.0, res["machine_cpu_s"] - res["node_cpu_s"] - res["gen_cpu_s"])
             busy += others
             windows += win
-            rows.append([
-                str(n), str(conns), str(reps), fmt_ms(p50), fmt_ms(p99), fmt_ms(floor),
-                f"{p50 / floor:.1f}x", f"{p99 / floor:.1f}x", f"{rtt:.2f} ms",
-                f"{commit:.2f} ms ({res['record_bytes'] / 1024:.1f} KiB)",
-                f"{median(res['assign_ms']):.2f} ms",
-                f"{res['node_cpu_s'] / win:.0%} / {res['gen_cpu_s'] / win:.0%} / "
-                f"{others / win:.0%}",
-            ])
+            rows.append(
+                [
+                    str(n),
+                    str(conns),
+                    str(reps),
+                    fmt_ms(p50),
+                    fmt_ms(p99),
+                    fmt_ms(floor),
+                    f"{p50 / floor:.1f}x",
+                    f"{p99 / floor:.1f}x",
+                    f"{rtt:.2f} ms",
+                    f"{commit:.2f} ms ({res['record_bytes'] / 1024:.1f} KiB)",
+                    f"{median(res['assign_ms']):.2f} ms",
+                    f"{res['node_cpu_s'] / win:.0%} / {res['gen_cpu_s'] / win:.0%} / "
+                    f"{others / win:.0%}",
+                ]
+            )
             phases = zip(*res["phases_ms"], strict=True)
             joined, leader, to_sync, syncs = (median(x) for x in phases)
             notes.append(
@@ -651,8 +644,17 @@ def run(opts: BenchOptions) -> Figure:
         goal="rebalance of a Stable group (last JoinGroup sent → last SyncGroup answered) "
         "≤ 3x the floor at 1000 members",
         columns=[
-            "members", "conns", "reps", "p50", "p99", "floor", "p50/floor", "p99/floor",
-            "Heartbeat RTT", "commit (row)", "leader assign (client)",
+            "members",
+            "conns",
+            "reps",
+            "p50",
+            "p99",
+            "floor",
+            "p50/floor",
+            "p99/floor",
+            "Heartbeat RTT",
+            "commit (row)",
+            "leader assign (client)",
             "CPU node / gen / others",
         ],
         rows=rows,

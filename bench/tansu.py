@@ -46,7 +46,7 @@ from typing import Any
 
 from bench.common import node, run_workers, start_barrier, worker_processes
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
-from tests.integration.harness import free_port
+from tests.support.ports import free_port
 
 TOPIC = "bench-tansu"
 PARTITIONS = 100
@@ -84,16 +84,35 @@ def tansu(opts: BenchOptions) -> Iterator[Server]:
     log_path = workdir / "tansu.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             _wait_port(port, proc, log_path)
             made = subprocess.run(
-                [binary, "topic", "create", "--broker", url, "--partitions", str(PARTITIONS),
-                 TOPIC],
-                capture_output=True, text=True, timeout=30,
+                [
+                    binary,
+                    "topic",
+                    "create",
+                    "--broker",
+                    url,
+                    "--partitions",
+                    str(PARTITIONS),
+                    TOPIC,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
             if made.returncode != 0:
                 raise RuntimeError(f"tansu topic create failed: {made.stdout}{made.stderr}")
@@ -205,9 +224,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def one_run(
-    server: Server, n: int, window: float, sampler: CpuSampler, statedir: Path
-) -> Run:
+def one_run(server: Server, n: int, window: float, sampler: CpuSampler, statedir: Path) -> Run:
     group = f"bench-{server.key}-{n}-{uuid.uuid4().hex[:8]}"
     sdir = statedir / group
     sdir.mkdir(parents=True)
@@ -215,9 +232,19 @@ def one_run(
     ids = [list(range(n))[w::workers] for w in range(workers)]
     t0 = start_barrier(1.5)  # process start + import + Consumer() construction fit easily
     args = [
-        {"bootstrap": server.bootstrap, "group": group, "topic": TOPIC, "partitions": PARTITIONS,
-         "ids": i, "n": n, "workers": workers, "t0": t0, "window": window, "statedir": str(sdir),
-         "wid": w}
+        {
+            "bootstrap": server.bootstrap,
+            "group": group,
+            "topic": TOPIC,
+            "partitions": PARTITIONS,
+            "ids": i,
+            "n": n,
+            "workers": workers,
+            "t0": t0,
+            "window": window,
+            "statedir": str(sdir),
+            "wid": w,
+        }
         for w, i in enumerate(ids)
     ]
     res = run_workers("bench.tansu", args, timeout=180)
@@ -267,8 +294,10 @@ def _consume(a: dict[str, Any]) -> dict[str, Any]:
             events.append((now, i, assign))
 
     conf = {
-        "bootstrap.servers": a["bootstrap"], "group.id": a["group"],
-        "session.timeout.ms": SESSION_MS, "enable.auto.commit": False,
+        "bootstrap.servers": a["bootstrap"],
+        "group.id": a["group"],
+        "session.timeout.ms": SESSION_MS,
+        "enable.auto.commit": False,
         "partition.assignment.strategy": "range",
     }
     consumers = {i: Consumer(conf) for i in ids}
@@ -276,8 +305,11 @@ def _consume(a: dict[str, Any]) -> dict[str, Any]:
     def run_consumer(i: int) -> None:
         c = consumers[i]
         try:
-            c.subscribe([a["topic"]], on_assign=lambda _c, ps: note(i, ps, True),
-                        on_revoke=lambda _c, ps: note(i, ps, False))
+            c.subscribe(
+                [a["topic"]],
+                on_assign=lambda _c, ps: note(i, ps, True),
+                on_revoke=lambda _c, ps: note(i, ps, False),
+            )
             while not formed.is_set() and not abort.is_set():
                 c.poll(0.05)
             # keep serving callbacks until the window opens
@@ -291,8 +323,7 @@ def _consume(a: dict[str, Any]) -> dict[str, Any]:
             while time.time() < we:
                 off += 1
                 try:
-                    got = c.commit(offsets=[TopicPartition(a["topic"], p, off)],
-                                   asynchronous=False)
+                    got = c.commit(offsets=[TopicPartition(a["topic"], p, off)], asynchronous=False)
                 except KafkaException:
                     err += 1
                     continue
@@ -327,20 +358,27 @@ def _consume(a: dict[str, Any]) -> dict[str, Any]:
     for t in threads:
         t.join()
     return {
-        "formed_at": formed_at, "ws": plan["ws"], "late": late, "late_window": late_window,
+        "formed_at": formed_at,
+        "ws": plan["ws"],
+        "late": late,
+        "late_window": late_window,
         "commits": sum(ok for ok, _ in counts.values()),
         "errors": sum(e for _, e in counts.values()) + len(ids) - len(counts),
         # close() revokes too: only callbacks up to the end of the window count
         "after": sum(1 for t, _, _ in events if formed_at < t <= plan["ws"] + a["window"]),
         # generations a consumer went through before the group was complete
-        "rounds": max(sum(1 for t, j, on in events if j == i and on and t <= formed_at)
-                      for i in ids),
+        "rounds": max(
+            sum(1 for t, j, on in events if j == i and on and t <= formed_at) for i in ids
+        ),
         "cpu": cpu,
     }
 
 
 def _watch_group(
-    a: dict[str, Any], sdir: Path, lock: threading.Lock, state: dict[int, tuple[float, list[int]]],
+    a: dict[str, Any],
+    sdir: Path,
+    lock: threading.Lock,
+    state: dict[int, tuple[float, list[int]]],
     timeout: float = 90.0,
 ) -> float:
     """Publish this worker's assignments and read everyone's until the group is complete;
@@ -395,22 +433,31 @@ def run(opts: BenchOptions) -> Figure:
         with contextlib.ExitStack() as stack:
             servers = [stack.enter_context(tansu(opts))]
             n1 = stack.enter_context(
-                node(opts, "tansu-default", COORD_TOPICS=topics,
-                     COORD_INITIAL_REBALANCE_DELAY_MS="3000")
+                node(
+                    opts,
+                    "tansu-default",
+                    COORD_TOPICS=topics,
+                    COORD_INITIAL_REBALANCE_DELAY_MS="3000",
+                )
             )
             servers.append(Server("ours", "ours, default", n1.bootstrap, n1.proc.pid, n1.admin_url))
             if not opts.smoke:  # smoke: Tansu vs our default only (25 s budget)
                 db = f"sqlite+aiosqlite:///{(shm or opts.workdir / 'tansu-nodelay') / 'c.db'}"
                 n0 = stack.enter_context(
-                    node(opts, "tansu-nodelay", db_url=db, COORD_TOPICS=topics,
-                         COORD_INITIAL_REBALANCE_DELAY_MS="0")
+                    node(
+                        opts,
+                        "tansu-nodelay",
+                        db_url=db,
+                        COORD_TOPICS=topics,
+                        COORD_INITIAL_REBALANCE_DELAY_MS="0",
+                    )
                 )
-                servers.append(Server(
-                    "ours0", "ours, delay 0", n0.bootstrap, n0.proc.pid, n0.admin_url
-                ))
-            sampler = stack.enter_context(CpuSampler(
-                [s.pid for s in servers], {s.pid: s.admin for s in servers if s.admin}
-            ))
+                servers.append(
+                    Server("ours0", "ours, delay 0", n0.bootstrap, n0.proc.pid, n0.admin_url)
+                )
+            sampler = stack.enter_context(
+                CpuSampler([s.pid for s in servers], {s.pid: s.admin for s in servers if s.admin})
+            )
             for n in sizes:
                 for _ in range(reps):
                     for s in servers:  # interleaved: machine drift hits every server alike
@@ -424,8 +471,13 @@ def run(opts: BenchOptions) -> Figure:
 
 
 def _figure(
-    opts: BenchOptions, servers: list[Server], sizes: list[int], reps: int, window: float,
-    runs: dict[tuple[str, int], list[Run]], on_tmpfs: bool,
+    opts: BenchOptions,
+    servers: list[Server],
+    sizes: list[int],
+    reps: int,
+    window: float,
+    runs: dict[tuple[str, int], list[Run]],
+    on_tmpfs: bool,
 ) -> Figure:
     ours = servers[1:]
     columns = ["workload", servers[0].label]
@@ -470,7 +522,9 @@ def _figure(
             f"in the commit window"
             + (
                 f"; log writer {r.writer[0]:.0f} txn/s, {r.writer[1]:.1f} records and "
-                f"{r.writer[2]:.1f} ms per txn" if r.writer else ""
+                f"{r.writer[2]:.1f} ms per txn"
+                if r.writer
+                else ""
             )
             + "; formation "
             + ", ".join(f"{fmt_ms(1000 * x.formation_s)} ({x.rounds} gen.)" for x in rs)
@@ -487,8 +541,10 @@ def _figure(
     def ratios(kind: str, key: str) -> str:
         return "/".join(fmt_pct(summary[(kind, key, n)]) for n in sizes)
 
-    parts = [f"vs Tansu at {ns} consumers: formation {ratios('form', 'ours')} of its speed with "
-             "our default 3 s initial delay"]
+    parts = [
+        f"vs Tansu at {ns} consumers: formation {ratios('form', 'ours')} of its speed with "
+        "our default 3 s initial delay"
+    ]
     if len(ours) > 1:
         parts.append(f"{ratios('form', 'ours0')} with delay 0")
     parts.append(f"sync commits {ratios('commit', 'ours')} of its rate (durable SQLite)")
@@ -514,8 +570,8 @@ def _figure(
         "(6 s -> ~3 s; 3-4 s from subscribe to assignment here, whatever N). With delay 0 our node "
         "completes a join as soon as every known member has rejoined: early joiners form "
         "short-lived generations that later joiners abort at SyncGroup (consumers still see one "
-        "assignment: \"1 gen.\"); if one reached Stable first it only learns of the rebalance on "
-        "its next heartbeat (heartbeat.interval.ms 3000): the ~3 s, \"2 gen.\" outliers.",
+        'assignment: "1 gen."); if one reached Stable first it only learns of the rebalance on '
+        'its next heartbeat (heartbeat.interval.ms 3000): the ~3 s, "2 gen." outliers.',
         "Tansu's cost per commit grows with the group's size (its CPU per commit at 100 members "
         "is several times that at 10; the 100 idle consumers' fetches and heartbeats alone cost "
         "it ~16% of a core, measured apart), ours falls as group commit batches grow: the "

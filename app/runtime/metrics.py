@@ -20,28 +20,40 @@ class NodeMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.join_seconds = Histogram(
-            "coordinator_join_group_seconds", "JoinGroup time until answered (incl. parking)",
-            registry=r, buckets=LATENCY_BUCKETS,
+            "coordinator_join_group_seconds",
+            "JoinGroup time until answered (incl. parking)",
+            registry=r,
+            buckets=LATENCY_BUCKETS,
         )
         self.sync_seconds = Histogram(
-            "coordinator_sync_group_seconds", "SyncGroup time until answered",
-            registry=r, buckets=LATENCY_BUCKETS,
+            "coordinator_sync_group_seconds",
+            "SyncGroup time until answered",
+            registry=r,
+            buckets=LATENCY_BUCKETS,
         )
         self.requests = Counter(
-            "coordinator_requests", "Kafka requests by api, version and error code",
-            ["api", "version", "error"], registry=r,
+            "coordinator_requests",
+            "Kafka requests by api, version and error code",
+            ["api", "version", "error"],
+            registry=r,
         )
         self.append_records = Histogram(
-            "coordinator_append_batch_records", "records per group-commit transaction",
-            registry=r, buckets=(1, 2, 5, 10, 50, 100, 500, 1000, 5000),
+            "coordinator_append_batch_records",
+            "records per group-commit transaction",
+            registry=r,
+            buckets=(1, 2, 5, 10, 50, 100, 500, 1000, 5000),
         )
         self.append_seconds = Histogram(
-            "coordinator_append_seconds", "group-commit transaction latency",
-            registry=r, buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1),
+            "coordinator_append_seconds",
+            "group-commit transaction latency",
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1),
         )
         self.load_seconds = Histogram(
-            "coordinator_partition_load_seconds", "replay time of a log partition",
-            registry=r, buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60),
+            "coordinator_partition_load_seconds",
+            "replay time of a log partition",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60),
         )
 
     def observe_append(self, records: int, seconds: float) -> None:

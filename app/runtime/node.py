@@ -95,6 +95,7 @@ class _GcPause:
             gc.freeze()
             gc.enable()
 
+
 METADATA_PARTITION = -1  # the topic registry's own log partition
 T = TypeVar("T")
 
@@ -302,9 +303,7 @@ class CoordinatorNode:
                 # expiry (a fresh handover is left to the planned owner)
                 wanted.append(pid)
         if wanted:
-            got = await self.log.acquire_leases(
-                wanted, self.node_id, ttl, t0, bump_own=True
-            )
+            got = await self.log.acquire_leases(wanted, self.node_id, ttl, t0, bump_own=True)
             for pid, epoch in sorted(got.items()):
                 self._claim(pid, epoch, valid_until)
         await self._refresh_topics()
@@ -400,7 +399,10 @@ class CoordinatorNode:
             self.metrics.load_seconds.observe(p.load_ms / 1000)
             log.info(
                 "partition %d loaded: %d records, %d groups in %.0f ms",
-                p.id, n, len(core.groups), p.load_ms,
+                p.id,
+                n,
+                len(core.groups),
+                p.load_ms,
             )
             self._apply(p, core.on_loaded(now_ms()))
 
@@ -502,9 +504,7 @@ class CoordinatorNode:
             return None, loading_error
         return p, Error.NONE
 
-    def _call(
-        self, p: Partition, op: Callable[[int, int], Result]
-    ) -> Awaitable[Any]:
+    def _call(self, p: Partition, op: Callable[[int, int], Result]) -> Awaitable[Any]:
         loop = self._loop or asyncio.get_running_loop()
         handle = next(self._handles)
         fut: asyncio.Future[Any] = loop.create_future()
@@ -517,9 +517,7 @@ class CoordinatorNode:
         for write in result.writes:
             p.appended_since_compaction += len(write.records)
             fut = self.writer.submit(p.id, p.epoch, write.records)
-            fut.add_done_callback(
-                functools.partial(self._written, p, p.core, write.continuation)
-            )
+            fut.add_done_callback(functools.partial(self._written, p, p.core, write.continuation))
         self._arm(p)
 
     def _written(
@@ -560,9 +558,7 @@ class CoordinatorNode:
             p.timer.cancel()
         delay = max(deadline - now_ms(), 0) / 1000
         p.armed_deadline = deadline
-        p.timer = (self._loop or asyncio.get_running_loop()).call_later(
-            delay, self._on_timer, p
-        )
+        p.timer = (self._loop or asyncio.get_running_loop()).call_later(delay, self._on_timer, p)
 
     def _on_timer(self, p: Partition) -> None:
         p.timer = None
@@ -709,7 +705,6 @@ class CoordinatorNode:
             return result
 
         return list(await asyncio.gather(*(one(g) for g in group_ids)))
-
 
     # ==== admin operations (api/ and the CLI, through app.admin) ==============================
 

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.e2e import COORD_ENV, WRAPPER, Env
+from tests.api.e2e import COORD_ENV, Env
 from tests.api.helpers import Api, served_node
-from tests.integration import harness
-from tests.integration.harness import CoordinatorProcess
+from tests.support.nodes import CoordinatorProcess
 
 
 @pytest.fixture
@@ -35,7 +34,8 @@ def no_exception_escapes_the_app(caplog: pytest.LogCaptureFixture) -> object:
     a response had already been sent; no test of the admin surface may cause one."""
     yield None
     escaped = [
-        r.getMessage() for r in caplog.get_records("call")
+        r.getMessage()
+        for r in caplog.get_records("call")
         if r.name.startswith("uvicorn") and r.levelno >= logging.ERROR
     ]
     assert not escaped, escaped
@@ -57,13 +57,9 @@ def coordinator_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Co
 
 
 @pytest.fixture
-def e2e(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, coordinator_process: CoordinatorProcess
-) -> Iterator[Env]:
+def e2e(tmp_path: Path, coordinator_process: CoordinatorProcess) -> Iterator[Env]:
     """The shared coordinator (restarted if a test left it dead) and this test's consumers,
-    all killed at the end. Consumers run through tests/api/consumer_wrapper.py (a short
-    kafka-python metadata age)."""
-    monkeypatch.setattr(harness, "CONSUMER_PROC", WRAPPER)
+    all killed at the end. Their kafka-python metadata age is short (see e2e.py)."""
     if coordinator_process.proc is None or coordinator_process.proc.poll() is not None:
         coordinator_process.start()
     env = Env(tmp_path, coordinator_process)

@@ -1,25 +1,20 @@
 """End-to-end environment of the admin tests: a `coordinator serve` process with its admin API
-(tests/integration/harness.py CoordinatorProcess), real consumer processes, and the event log."""
+(tests/support/nodes.py), real consumer processes (tests/support/consumers.py), and the event
+log."""
 
 from __future__ import annotations
 
-import contextlib
+import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.integration.harness import (
-    ConsumerProcess,
-    CoordinatorProcess,
-    Hub,
-    generations,
-    group_records,
-)
-
-WRAPPER = Path(__file__).resolve().with_name("consumer_wrapper.py")
+from tests.support.consumers import ConsumerProcess, Consumers
+from tests.support.eventlog import generations
+from tests.support.nodes import CoordinatorProcess
 
 COORD_ENV = {
     "COORD_TOPICS": "t6:6,wide:8,grow:2",
@@ -30,37 +25,23 @@ COORD_ENV = {
     "COORD_COMPACTION_INTERVAL_MS": "3600000",  # generations are counted in the raw log
 }
 
+# kafka-python refreshes metadata every 5 min by default: a short age lets a kafka-python group
+# leader notice partitions added by `PATCH /topics/{name}` within seconds, as librdkafka does
+# with the topic.metadata.refresh.interval.ms the consumer driver sets
+METADATA_MAX_AGE_MS = int(os.environ.get("E2E_METADATA_MAX_AGE_MS", "1000"))
 
-class Env:
-    """A coordinator process, the consumers of a test, admin calls and log reading."""
+
+class Env(Consumers):
+    """The session's coordinator process, the consumers of a test, admin calls and log
+    reading."""
 
     def __init__(self, tmp_path: Path, coord: CoordinatorProcess) -> None:
-        self.tmp_path = tmp_path
-        self.hub = Hub()
-        self.coord = coord
-        self.consumers: list[ConsumerProcess] = []
-        self.groups: set[str] = set()
+        super().__init__(tmp_path, coord, metadata_max_age_ms=METADATA_MAX_AGE_MS)
         self.http = httpx.Client(timeout=30)
-
-    # --- processes -------------------------------------------------------------------------
-
-    def consumer(
-        self, client: str, group: str, name: str, topic: str = "t6", **kw: Any
-    ) -> ConsumerProcess:
-        self.groups.add(group)
-        kw.setdefault("heartbeat_interval_ms", 500)
-        kw.setdefault("session_timeout_ms", 10_000)
-        c = ConsumerProcess(
-            self.hub, self.tmp_path, client, self.coord.bootstrap, group, topic, name, **kw
-        )
-        self.consumers.append(c)
-        return c
 
     def teardown(self) -> None:
         """Kills this test's consumers (the coordinator is the session's)."""
-        for c in self.consumers:
-            with contextlib.suppress(Exception):  # keep killing the others
-                c.kill()
+        self.kill_consumers()
         self.http.close()
 
     # --- admin API -------------------------------------------------------------------------
@@ -76,11 +57,12 @@ class Env:
 
     # --- waiting ---------------------------------------------------------------------------
 
-    def wait(self, pred: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-        return self.hub.wait_until(pred, timeout, what)
-
     def wait_stable(
-        self, group: str, members: Iterable[ConsumerProcess], topic: str, partitions: int,
+        self,
+        group: str,
+        members: Iterable[ConsumerProcess],
+        topic: str,
+        partitions: int,
         timeout: float = 60.0,
     ) -> dict[str, Any]:
         """Until describe says Stable with exactly these members, their decoded assignments
@@ -102,31 +84,15 @@ class Env:
                 return None
             return g
 
-        return self.wait(done, f"group {group} Stable over {[m.name for m in members]}",  # type: ignore[no-any-return]
-                         timeout)
+        stable: dict[str, Any] = self.wait(
+            done, f"group {group} Stable over {[m.name for m in members]}", timeout
+        )
+        return stable
 
     # --- the event log ---------------------------------------------------------------------
 
     def generations(self, group: str) -> list[int]:
         return generations(self.coord.db_path, group)
-
-    def diagnostics(self) -> list[tuple[str, str]]:
-        out = [("coordinator log", self.coord.logs(tail=12000))]
-        for c in self.consumers:
-            out.append((f"consumer {c.name}", c.describe()))
-        for g in sorted(self.groups):
-            try:
-                lines = [
-                    f"p{r.partition}@{r.offset} gen={r.generation} "
-                    + ("TOMBSTONE" if r.value is None else
-                       f"assign={ {k: sorted(v) for k, v in r.assignments().items()} } "
-                       f"instances={sorted(r.instances())}")
-                    for r in group_records(self.coord.db_path, g)
-                ]
-            except Exception as e:
-                lines = [f"cannot read the log: {e!r}"]
-            out.append((f"event log of group {g}", "\n".join(lines)))
-        return out
 
 
 def assignments(g: dict[str, Any], topic: str) -> dict[str, frozenset[int]]:

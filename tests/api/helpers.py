@@ -1,12 +1,11 @@
 """Helpers of the admin-surface tests: an in-process node served over real HTTP (uvicorn on a
-free port), consumer-protocol bytes, and group members driven with the project's protocol
-client (tests/kafka_client.py)."""
+free port), and group members driven with the project's protocol client
+(tests/support/kafka_client.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -23,76 +22,14 @@ from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
-from tests.kafka_client import KafkaTestClient
 from tests.runtime.node_fixture import RunningNode, running_node, sqlite_url
+from tests.support.consumer_bytes import assignment, range_assign, subscription
+from tests.support.kafka_client import KafkaTestClient
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMBER_ID_REQUIRED = 79
 REBALANCE_IN_PROGRESS = 27
-
-
-# ==== consumer protocol bytes (ConsumerProtocolSubscription / Assignment) ======================
-
-
-def _str(s: str | None) -> bytes:
-    if s is None:
-        return struct.pack(">h", -1)
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def _bytes(b: bytes | None) -> bytes:
-    return struct.pack(">i", -1) if b is None else struct.pack(">i", len(b)) + b
-
-
-def _topic_partitions(tps: Mapping[str, Sequence[int]]) -> bytes:
-    out = struct.pack(">i", len(tps))
-    for topic, parts in tps.items():
-        out += _str(topic) + struct.pack(">i", len(parts))
-        out += b"".join(struct.pack(">i", p) for p in parts)
-    return out
-
-
-def subscription(
-    topics: Sequence[str],
-    *,
-    version: int = 3,
-    owned: Mapping[str, Sequence[int]] | None = None,
-    generation: int = -1,
-    rack: str | None = None,
-    user_data: bytes | None = None,
-) -> bytes:
-    out = struct.pack(">h", version) + struct.pack(">i", len(topics))
-    out += b"".join(_str(t) for t in topics) + _bytes(user_data)
-    if version >= 1:
-        out += _topic_partitions(owned or {})
-    if version >= 2:
-        out += struct.pack(">i", generation)
-    if version >= 3:
-        out += _str(rack)
-    return out
-
-
-def assignment(partitions: Mapping[str, Sequence[int]], *, version: int = 0) -> bytes:
-    return struct.pack(">h", version) + _topic_partitions(partitions) + _bytes(None)
-
-
-def range_assign(
-    member_ids: Sequence[str], topics: Mapping[str, int]
-) -> dict[str, dict[str, list[int]]]:
-    """Kafka's range assignor over members sorted by id."""
-    ids = sorted(member_ids)
-    out: dict[str, dict[str, list[int]]] = {m: {} for m in ids}
-    for topic, n in topics.items():
-        per, extra = divmod(n, len(ids))
-        start = 0
-        for i, m in enumerate(ids):
-            count = per + (1 if i < extra else 0)
-            if count:
-                out[m][topic] = list(range(start, start + count))
-            start += count
-    return out
 
 
 # ==== group members driven by the protocol client =============================================
@@ -119,7 +56,9 @@ class Member:
     def protocols(self) -> list[tuple[str, bytes]]:
         meta = self.metadata
         if meta is None:
-            meta = subscription(list(self.topics), rack="rack-a", generation=self.generation)
+            meta = subscription(
+                list(self.topics), version=3, rack="rack-a", generation=self.generation
+            )
         return [("range", meta)]
 
     async def join(self, timeout: float = 30.0) -> Any:
@@ -179,9 +118,7 @@ async def rebalance(members: Sequence[Member], topics: Mapping[str, int]) -> int
         assignments = {mid: assignment(tps) for mid, tps in plan.items()}
     else:
         assignments = {mid: f"opaque-{mid}".encode() for mid in leader.members}
-    await asyncio.gather(
-        *(m.sync(assignments if m is leader else None) for m in members)
-    )
+    await asyncio.gather(*(m.sync(assignments if m is leader else None) for m in members))
     return leader.generation
 
 
@@ -334,9 +271,11 @@ async def eventually(check: Any, timeout: float = 15.0, what: str = "condition")
         await asyncio.sleep(0.05)
 
 
-# ==== the `coordinator` console script ========================================================
+# ==== the `coordinator` command ================================================================
 
-COORDINATOR = str(Path(sys.executable).with_name("coordinator"))
+# what the `coordinator` console script runs (pyproject's [project.scripts]), from this checkout:
+# the script itself imports whichever checkout the virtualenv was installed from
+COORDINATOR = (sys.executable, "-m", "cli.main")
 
 
 @dataclass
@@ -346,10 +285,11 @@ class CliResult:
     stderr: str
 
 
-async def run_cli(*args: str, url: str | None = None, token: str | None = None,
-                  timeout: float = 60.0) -> CliResult:
-    """The real console script in a subprocess (asynchronously: the node under test runs on
-    this event loop). The admin URL and token come from COORD_ADMIN_URL/COORD_ADMIN_TOKEN."""
+async def run_cli(
+    *args: str, url: str | None = None, token: str | None = None, timeout: float = 60.0
+) -> CliResult:
+    """The real command in a subprocess (asynchronously: the node under test runs on this
+    event loop). The admin URL and token come from COORD_ADMIN_URL/COORD_ADMIN_TOKEN."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
     env.update(COLUMNS="200", NO_COLOR="1", TERM="dumb")
     if url is not None:
@@ -357,8 +297,12 @@ async def run_cli(*args: str, url: str | None = None, token: str | None = None,
     if token is not None:
         env["COORD_ADMIN_TOKEN"] = token
     proc = await asyncio.create_subprocess_exec(
-        COORDINATOR, *args, cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *COORDINATOR,
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)

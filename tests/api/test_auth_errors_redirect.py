@@ -111,7 +111,8 @@ async def settled(a: ClusterNode, b: ClusterNode) -> None:
         # and the placement is done: both plan what is (no handover under way)
         return all(
             x.node.owner_of(pid) == x.node.plan.get(pid) == (1 if pid in na.partitions else 2)
-            for x in (a, b) for pid in range(-1, 8)
+            for x in (a, b)
+            for pid in range(-1, 8)
         )
 
     await eventually(ok, 30, "two nodes with agreed owners")
@@ -130,13 +131,11 @@ async def test_a_call_about_another_nodes_group_is_redirected_and_the_cli_follow
             r = await http.post(f"{a.url}/groups/{g_b}/offsets", json=body)
             assert r.status_code == 307
             assert r.headers["location"] == f"{b.url}/groups/{g_b}/offsets"
-            r = await http.post(f"{a.url}/groups/{g_b}/offsets", json=body,
-                                follow_redirects=True)
+            r = await http.post(f"{a.url}/groups/{g_b}/offsets", json=body, follow_redirects=True)
             assert r.status_code == 200, r.text
             assert r.json()[0]["offset"] == 17
             assert str(r.url) == f"{b.url}/groups/{g_b}/offsets"
-            r = await http.post(f"{b.url}/groups/{g_a}/offsets", json=body,
-                                follow_redirects=True)
+            r = await http.post(f"{b.url}/groups/{g_a}/offsets", json=body, follow_redirects=True)
             assert r.status_code == 200, r.text
             # every group endpoint redirects, with the query kept
             for method, path, json_body in [
@@ -176,8 +175,9 @@ async def test_a_call_about_another_nodes_group_is_redirected_and_the_cli_follow
             owner = b if other is a else a
             r = await http.post(f"{other.url}/topics", json={"name": "new", "partitions": 2})
             assert r.status_code == 307 and r.headers["location"] == f"{owner.url}/topics"
-            r = await http.post(f"{other.url}/topics", json={"name": "new", "partitions": 2},
-                                follow_redirects=True)
+            r = await http.post(
+                f"{other.url}/topics", json={"name": "new", "partitions": 2}, follow_redirects=True
+            )
             assert r.status_code == 201, r.text
             await eventually(lambda: other.node.topics.get("new") == 2, 10, "topic replicated")
 
@@ -198,8 +198,9 @@ async def test_redirect_keeps_the_token_for_the_cli_and_the_cluster_wide_list(
         g_b = owned_group(b, "sec-b")
         auth = {"Authorization": "Bearer tok"}
         async with httpx.AsyncClient(timeout=30, headers=auth) as http:
-            r = await http.post(f"{b.url}/groups/{g_b}/static-members",
-                                json={"group_instance_ids": ["x1"]})
+            r = await http.post(
+                f"{b.url}/groups/{g_b}/static-members", json={"group_instance_ids": ["x1"]}
+            )
             assert r.status_code == 200, r.text
             r = await http.get(f"{a.url}/groups/{g_b}")
             assert r.status_code == 307

@@ -35,11 +35,21 @@ def table_rows(text: str) -> list[list[str]]:
 async def test_cli_groups(api: Api) -> None:
     url = api.url
     # members that never heartbeat: long timeouts, the CLI calls take a while on a busy box
-    members = await form_group(api.kafka_port, "billing", ["billing-1", None],
-                               session_timeout_ms=600_000, rebalance_timeout_ms=600_000)
+    members = await form_group(
+        api.kafka_port,
+        "billing",
+        ["billing-1", None],
+        session_timeout_ms=600_000,
+        rebalance_timeout_ms=600_000,
+    )
     m = members[0]
-    await m.client.offset_commit("billing", {("t6", 0): 12}, generation_id=m.generation,
-                                 member_id=m.member_id, group_instance_id="billing-1")
+    await m.client.offset_commit(
+        "billing",
+        {("t6", 0): 12},
+        generation_id=m.generation,
+        member_id=m.member_id,
+        group_instance_id="billing-1",
+    )
 
     # phase 1, independent calls at once (each is a fresh Python process)
     ghosts = [
@@ -49,8 +59,20 @@ async def test_cli_groups(api: Api) -> None:
         ("groups", "delete", "ghost"),
         ("groups", "remove-member", "ghost", "x"),
     ]
-    (listed, listed_json, stable_json, described, described_json, register_member,
-     delete_busy, set_busy, set_idle, bad_set, unknown_topic, *ghosted) = await asyncio.gather(
+    (
+        listed,
+        listed_json,
+        stable_json,
+        described,
+        described_json,
+        register_member,
+        delete_busy,
+        set_busy,
+        set_idle,
+        bad_set,
+        unknown_topic,
+        *ghosted,
+    ) = await asyncio.gather(
         run_cli("groups", "list", url=url),
         run_cli("groups", "list", "--json", url=url),
         run_cli("groups", "list", "--state", "Stable", "--json", url=url),
@@ -59,8 +81,9 @@ async def test_cli_groups(api: Api) -> None:
         run_cli("groups", "register", "billing", "billing-1", url=url),
         run_cli("groups", "delete", "billing", url=url),
         run_cli("groups", "offsets", "billing", "--set", "t6:0=1", url=url),
-        run_cli("groups", "offsets", "idle", "--set", "t6:0=10", "--set", "t6:5=20", "--json",
-                url=url),
+        run_cli(
+            "groups", "offsets", "idle", "--set", "t6:0=10", "--set", "t6:5=20", "--json", url=url
+        ),
         run_cli("groups", "offsets", "idle", "--set", "t6-0=1", url=url),
         run_cli("groups", "offsets", "other", "--set", "nope:0=1", url=url),
         *(run_cli(*args, url=url) for args in ghosts),
@@ -84,7 +107,8 @@ async def test_cli_groups(api: Api) -> None:
     failed(delete_busy, 1, "error 409", "members")
     failed(set_busy, 1, "error 409", "only when Empty")
     assert [(o["topic"], o["partition"], o["offset"]) for o in json.loads(ok(set_idle))] == [
-        ("t6", 0, 10), ("t6", 5, 20)
+        ("t6", 0, 10),
+        ("t6", 5, 20),
     ]
     failed(bad_set, 2, "not topic:partition=offset")
     failed(unknown_topic, 1, "error 422", "unknown topic partition nope-0")
@@ -92,12 +116,22 @@ async def test_cli_groups(api: Api) -> None:
         failed(res, 1, "error 404", "'ghost'")
 
     # phase 2, in order
-    res = await run_cli("groups", "register", "billing", "billing-3", "billing-4",
-                        "--expansion-timeout-ms", "5000", url=url)
+    res = await run_cli(
+        "groups",
+        "register",
+        "billing",
+        "billing-3",
+        "billing-4",
+        "--expansion-timeout-ms",
+        "5000",
+        url=url,
+    )
     assert ok(res).strip() == "registered for billing: billing-3, billing-4"
     res = await run_cli("groups", "register", "billing", "billing-5", "--json", url=url)
     assert json.loads(ok(res))["registered_static_members"] == [
-        "billing-3", "billing-4", "billing-5"
+        "billing-3",
+        "billing-4",
+        "billing-5",
     ]
     res = await run_cli("groups", "remove-member", "billing", "billing-5", url=url)
     assert ok(res).strip() == "removed billing-5 from billing"
@@ -108,7 +142,9 @@ async def test_cli_groups(api: Api) -> None:
     )
     assert "registered, not yet joined: billing-3, billing-4" in ok(described)
     assert table_rows(ok(offsets_table)) == [
-        ["topic", "partition", "offset", "metadata"], ["t6", "0", "10", ""], ["t6", "5", "20", ""]
+        ["topic", "partition", "offset", "metadata"],
+        ["t6", "0", "10", ""],
+        ["t6", "5", "20", ""],
     ]
     assert ok(rebalanced).strip() == "billing: rebalance started"
     g = (await api.http.get("/groups/billing")).json()
@@ -159,7 +195,11 @@ async def test_cli_topics_and_cluster(api: Api) -> None:
     assert any(r[0] == "1" and r[3] == url and r[4] == "5" for r in rows)
     assert ["partition", "owner", "epoch", "state", "records_loaded", "load_ms"] in rows
     assert sorted(r[0] for r in rows if len(r) == 6 and r[3] == "active") == [
-        "-1", "0", "1", "2", "3"
+        "-1",
+        "0",
+        "1",
+        "2",
+        "3",
     ]
     c = json.loads(ok(cluster_json))
     assert c["node_id"] == 1 and c["topics"]["orders"] == 12
@@ -176,8 +216,17 @@ async def test_cli_errors_bad_token_and_unreachable(tmp_path: Path) -> None:
         right, flags, *results = await asyncio.gather(
             run_cli("topics", "list", "--json", url=url, token="s3cret"),
             # flags win over the environment
-            run_cli("topics", "list", "--json", "--url", url, "--token", "s3cret",
-                    url="http://127.0.0.1:9", token="wrong"),
+            run_cli(
+                "topics",
+                "list",
+                "--json",
+                "--url",
+                url,
+                "--token",
+                "s3cret",
+                url="http://127.0.0.1:9",
+                token="wrong",
+            ),
             *refused,
         )
         assert json.loads(ok(right)) == {"t1": 3, "t6": 6}

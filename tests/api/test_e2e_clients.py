@@ -36,8 +36,10 @@ def test_forced_rebalance_fires_the_callbacks_of_real_clients(e2e: Env) -> None:
     # describe: instance ids, client ids and hosts, decoded subscriptions and assignments
     by_client = {m["client_id"]: m for m in g["members"]}
     assert {k: v["group_instance_id"] for k, v in by_client.items()} == {
-        "cf-static": "cf-static", "kp-static": "kp-static",
-        "cf-dynamic": None, "kp-dynamic": None,
+        "cf-static": "cf-static",
+        "kp-static": "kp-static",
+        "cf-dynamic": None,
+        "kp-dynamic": None,
     }
     assert g["protocol_type"] == "consumer" and g["protocol_name"] == "range"
     assert sum(m["leader"] for m in g["members"]) == 1
@@ -47,9 +49,9 @@ def test_forced_rebalance_fires_the_callbacks_of_real_clients(e2e: Env) -> None:
         assert d["session_timeout_ms"] == 10_000
         assert d["subscription"]["topics"] == ["t6"]
         assert isinstance(d["subscription"]["version"], int)
-        assert d["assignment"]["partitions"] == [
-            {"topic": "t6", "partitions": sorted(c.owned)}
-        ], "the decoded assignment is what the client was given"
+        assert d["assignment"]["partitions"] == [{"topic": "t6", "partitions": sorted(c.owned)}], (
+            "the decoded assignment is what the client was given"
+        )
     generation = g["generation"]
 
     marks = {c.name: c.mark() for c in members}
@@ -60,7 +62,7 @@ def test_forced_rebalance_fires_the_callbacks_of_real_clients(e2e: Env) -> None:
         for c in members:
             c.check_alive()
             kinds = [e["event"] for e in c.since(marks[c.name], "revoked", "assigned")]
-            if "revoked" not in kinds or "assigned" not in kinds[kinds.index("revoked"):]:
+            if "revoked" not in kinds or "assigned" not in kinds[kinds.index("revoked") :]:
                 return False
         return True
 

@@ -14,7 +14,7 @@ import confluent_kafka  # noqa: F401  - a missing client library must fail the s
 import pytest
 
 from tests.api.e2e import Env, sleep_watching
-from tests.integration.harness import ConsumerProcess
+from tests.support.consumers import ConsumerProcess
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,8 +41,7 @@ def start_newcomers(
     """One by one: each starts once the previous process is up, plus SPACING_S."""
     started = []
     for i in indexes:
-        c = e2e.consumer("confluent", group, f"{group}-{i}", topic=TOPIC,
-                         instance=f"{group}-{i}")
+        c = e2e.consumer("confluent", group, f"{group}-{i}", topic=TOPIC, instance=f"{group}-{i}")
         c.wait_event("ready", 60)
         started.append(c)
         sleep_watching(watch + started, SPACING_S)
@@ -54,8 +53,11 @@ def new_generations(e2e: Env, group: str, before: int) -> list[int]:
 
 
 def register(e2e: Env, group: str, ids: list[str]) -> None:
-    g = e2e.api("POST", f"/groups/{group}/static-members",
-                {"group_instance_ids": ids, "expansion_timeout_ms": EXPANSION_TIMEOUT_MS})
+    g = e2e.api(
+        "POST",
+        f"/groups/{group}/static-members",
+        {"group_instance_ids": ids, "expansion_timeout_ms": EXPANSION_TIMEOUT_MS},
+    )
     assert g["registered_static_members"] == ids
 
 
@@ -104,6 +106,4 @@ def test_registration_survives_a_coordinator_restart_mid_scale_up(e2e: Env) -> N
         "the scale-up interrupted by the restart still cost one generation"
     )
     assert g["registered_static_members"] == []
-    assert sorted(m["group_instance_id"] for m in g["members"]) == [
-        f"crash-{i}" for i in range(8)
-    ]
+    assert sorted(m["group_instance_id"] for m in g["members"]) == [f"crash-{i}" for i in range(8)]

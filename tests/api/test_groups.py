@@ -1,5 +1,5 @@
-"""/groups against a real node: its Kafka listener forms the groups (tests/kafka_client.py), its
-admin app answers over real HTTP (uvicorn)."""
+"""/groups against a real node: its Kafka listener forms the groups
+(tests/support/kafka_client.py), its admin app answers over real HTTP (uvicorn)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ from tests.api.helpers import (
     REBALANCE_IN_PROGRESS,
     Api,
     Member,
-    assignment,
     close_all,
     eventually,
     form_group,
-    range_assign,
     rebalance,
-    subscription,
 )
-from tests.kafka_client import KafkaTestClient
+from tests.support.consumer_bytes import assignment, range_assign, subscription
+from tests.support.kafka_client import KafkaTestClient
 
 T6 = {"t6": 6}
 
@@ -43,24 +41,39 @@ async def test_describe_decodes_every_subscription_version_and_the_assignments(a
     members = []
     for v in range(4):  # ConsumerProtocolSubscription v0..v3, one member each
         meta = subscription(
-            ["t6"], version=v, owned={"t6": [v]}, generation=7, rack=f"rack-{v}",
+            ["t6"],
+            version=v,
+            owned={"t6": [v]},
+            generation=7,
+            rack=f"rack-{v}",
             user_data=b"u" * v,
         )
         client = await connect(api, f"client-{v}")
         members.append(
-            Member(client, "decoded", f"inst-{v}" if v % 2 == 0 else None, metadata=meta,
-                   session_timeout_ms=20_000 + v, rebalance_timeout_ms=40_000 + v)
+            Member(
+                client,
+                "decoded",
+                f"inst-{v}" if v % 2 == 0 else None,
+                metadata=meta,
+                session_timeout_ms=20_000 + v,
+                rebalance_timeout_ms=40_000 + v,
+            )
         )
     generation = await rebalance(members, T6)
     leader = members[0].leader
     committer = members[0]
     commit = await committer.client.offset_commit(
-        "decoded", {("t6", 0): 42, ("t6", 5): 7}, generation_id=generation,
-        member_id=committer.member_id, group_instance_id=committer.instance_id, metadata="m",
+        "decoded",
+        {("t6", 0): 42, ("t6", 5): 7},
+        generation_id=generation,
+        member_id=committer.member_id,
+        group_instance_id=committer.instance_id,
+        metadata="m",
     )
     assert all(p.error_code == 0 for t in commit.topics for p in t.partitions)
-    r = await api.http.post("/groups/decoded/static-members",
-                            json={"group_instance_ids": ["later-1"]})
+    r = await api.http.post(
+        "/groups/decoded/static-members", json={"group_instance_ids": ["later-1"]}
+    )
     assert r.status_code == 200, r.text
 
     r = await api.http.get("/groups/decoded")
@@ -126,7 +139,8 @@ async def test_describe_shows_size_and_base64_for_other_protocol_types(api: Api)
     junk = await form_group(api.kafka_port, "junk", [None], metadata=bad)
     g = (await api.http.get("/groups/junk")).json()
     assert g["members"][0]["subscription"] == {
-        "size": len(bad), "base64": base64.b64encode(bad).decode()
+        "size": len(bad),
+        "base64": base64.b64encode(bad).decode(),
     }
     await close_all(members + junk)
 
@@ -149,8 +163,9 @@ async def test_list_groups_with_state_filter(api: Api) -> None:
     assert r.status_code == 200, r.text
     completing = [Member(await connect(api, "c"), "g-completing")]
     await completing[0].join()  # joined, never synced
-    r = await api.http.post("/groups/g-empty/offsets",
-                            json={"offsets": [{"topic": "t1", "partition": 0, "offset": 1}]})
+    r = await api.http.post(
+        "/groups/g-empty/offsets", json={"offsets": [{"topic": "t1", "partition": 0, "offset": 1}]}
+    )
     assert r.status_code == 200, r.text
 
     r = await api.http.get("/groups")
@@ -164,8 +179,12 @@ async def test_list_groups_with_state_filter(api: Api) -> None:
     }
     assert [g["group_id"] for g in r.json()] == sorted(listed), "sorted by id"
     assert listed["g-stable"] == {
-        "group_id": "g-stable", "state": "Stable", "protocol_type": "consumer",
-        "generation": 1, "members": 1, "log_partition": listed["g-stable"]["log_partition"],
+        "group_id": "g-stable",
+        "state": "Stable",
+        "protocol_type": "consumer",
+        "generation": 1,
+        "members": 1,
+        "log_partition": listed["g-stable"]["log_partition"],
     }
     assert listed["g-empty"]["members"] == 0 and listed["g-empty"]["protocol_type"] == ""
     for state, wanted in [
@@ -209,8 +228,9 @@ async def test_register_static_members_validation(api: Api) -> None:
     # nothing was registered by the refused calls
     assert (await api.http.get("/groups/reg")).json()["registered_static_members"] == []
 
-    r = await api.http.post(url, json={"group_instance_ids": ["n1", "n2"],
-                                       "expansion_timeout_ms": 5000})
+    r = await api.http.post(
+        url, json={"group_instance_ids": ["n1", "n2"], "expansion_timeout_ms": 5000}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["registered_static_members"] == ["n1", "n2"]
     assert r.json()["state"] == "Stable", "registering alone does not rebalance"
@@ -229,9 +249,10 @@ async def test_registered_scale_up_is_one_rebalance_and_late_ones_are_dropped(ap
     an instance that never comes is dropped when the expansion timeout expires."""
     old = await form_group(api.kafka_port, "scale", ["s0", "s1"])
     gen0 = old[0].generation
-    r = await api.http.post("/groups/scale/static-members",
-                            json={"group_instance_ids": ["n0", "n1"],
-                                  "expansion_timeout_ms": 20_000})
+    r = await api.http.post(
+        "/groups/scale/static-members",
+        json={"group_instance_ids": ["n0", "n1"], "expansion_timeout_ms": 20_000},
+    )
     assert r.status_code == 200, r.text
     new = [Member(await connect(api, f"new-{i}"), "scale", f"n{i}") for i in range(2)]
     first = asyncio.ensure_future(new[0].join())
@@ -253,9 +274,10 @@ async def test_registered_scale_up_is_one_rebalance_and_late_ones_are_dropped(ap
     assert g["registered_static_members"] == []
 
     # expiry: two registered, one arrives; the join completes when the timeout expires
-    r = await api.http.post("/groups/scale/static-members",
-                            json={"group_instance_ids": ["late-0", "late-1"],
-                                  "expansion_timeout_ms": 1500})
+    r = await api.http.post(
+        "/groups/scale/static-members",
+        json={"group_instance_ids": ["late-0", "late-1"], "expansion_timeout_ms": 1500},
+    )
     assert r.status_code == 200
     late = Member(await connect(api, "late"), "scale", "late-0")
     joins = [asyncio.ensure_future(m.join()) for m in [late, *everyone]]
@@ -361,8 +383,10 @@ async def test_forced_rebalance(api: Api) -> None:
     assert r.status_code == 422 and "reason" in detail(r)
     r = await api.http.post("/groups/nope/rebalance", json={"reason": "x"})
     assert r.status_code == 404 and detail(r)
-    r = await api.http.post("/groups/only-offsets/offsets",
-                            json={"offsets": [{"topic": "t6", "partition": 1, "offset": 3}]})
+    r = await api.http.post(
+        "/groups/only-offsets/offsets",
+        json={"offsets": [{"topic": "t6", "partition": 1, "offset": 3}]},
+    )
     assert r.status_code == 200
     r = await api.http.post("/groups/only-offsets/rebalance", json={"reason": "x"})
     assert r.status_code == 409
@@ -382,8 +406,9 @@ async def test_delete_group(api: Api) -> None:
     assert r.status_code == 404 and "never-was" in detail(r)
     # once its last member left, the group (and its offsets) can be deleted
     m = members[0]
-    await m.client.offset_commit("del", {("t6", 2): 9}, generation_id=m.generation,
-                                 member_id=m.member_id)
+    await m.client.offset_commit(
+        "del", {("t6", 2): 9}, generation_id=m.generation, member_id=m.member_id
+    )
     leave = await m.client.leave_group("del", m.member_id)
     assert leave.error_code == 0
     g = (await api.http.get("/groups/del")).json()
@@ -402,23 +427,33 @@ async def test_delete_group(api: Api) -> None:
 
 
 async def test_set_offsets_only_when_empty(api: Api) -> None:
-    r = await api.http.post("/groups/reset/offsets", json={"offsets": [
-        {"topic": "t6", "partition": 3, "offset": 100},
-        {"topic": "t1", "partition": 0, "offset": 5},
-    ]})
+    r = await api.http.post(
+        "/groups/reset/offsets",
+        json={
+            "offsets": [
+                {"topic": "t6", "partition": 3, "offset": 100},
+                {"topic": "t1", "partition": 0, "offset": 5},
+            ]
+        },
+    )
     assert r.status_code == 200, r.text
     assert [(o["topic"], o["partition"], o["offset"]) for o in r.json()] == [
-        ("t1", 0, 5), ("t6", 3, 100)
+        ("t1", 0, 5),
+        ("t6", 3, 100),
     ]
     r = await api.http.get("/groups/reset/offsets")
     assert [(o["topic"], o["partition"], o["offset"]) for o in r.json()] == [
-        ("t1", 0, 5), ("t6", 3, 100)
+        ("t1", 0, 5),
+        ("t6", 3, 100),
     ]
     # Kafka clients read what the admin set
     client = await connect(api, "reader")
     fetched = await client.offset_fetch("reset", [("t6", 3), ("t1", 0)])
-    got = {(t.name, p.partition_index): p.committed_offset
-           for t in fetched.groups[0].topics for p in t.partitions}
+    got = {
+        (t.name, p.partition_index): p.committed_offset
+        for t in fetched.groups[0].topics
+        for p in t.partitions
+    }
     assert got == {("t6", 3): 100, ("t1", 0): 5}
     await client.close()
 
@@ -442,9 +477,9 @@ async def test_set_offsets_only_when_empty(api: Api) -> None:
     # the member leaves: now the group is Empty and its offsets can be reset
     m = members[0]
     assert (await m.client.leave_group("busy", m.member_id)).error_code == 0
-    r = await api.http.post("/groups/busy/offsets", json={"offsets": [
-        {"topic": "t6", "partition": 0, "offset": 11}
-    ]})
+    r = await api.http.post(
+        "/groups/busy/offsets", json={"offsets": [{"topic": "t6", "partition": 0, "offset": 11}]}
+    )
     assert r.status_code == 200, r.text
     g = (await api.http.get("/groups/busy")).json()
     assert [(o["topic"], o["partition"], o["offset"]) for o in g["offsets"]] == [("t6", 0, 11)]

@@ -1,6 +1,6 @@
 """Schemathesis over the admin API's OpenAPI schema: no input, valid or not, gets a 5xx.
 
-The server is a real `coordinator serve` process (tests/integration/harness.py) with a bearer
+The server is a real `coordinator serve` process (tests/support/nodes.py) with a bearer
 token; every operation is fuzzed with schema-valid (positive) and schema-violating (negative)
 requests, bounded to 50 examples per operation and mode, then once more without the token.
 A group with members and committed offsets, a registration and a topic exist beforehand, so
@@ -24,7 +24,7 @@ from schemathesis.checks import not_a_server_error
 
 from api.app import create_app
 from tests.api.helpers import form_group
-from tests.integration.harness import CoordinatorProcess
+from tests.support.nodes import CoordinatorProcess
 
 TOKEN = "fuzz-token"
 SCHEMA = schemathesis.openapi.from_dict(create_app(None, TOKEN).openapi())  # type: ignore[arg-type]
@@ -63,7 +63,10 @@ async def _seed(proc: CoordinatorProcess) -> None:
     members = await form_group(proc.kafka_port, "g", ["s1", None])
     m = members[0]
     await m.client.offset_commit(
-        "g", {("t6", 0): 5}, generation_id=m.generation, member_id=m.member_id,
+        "g",
+        {("t6", 0): 5},
+        generation_id=m.generation,
+        member_id=m.member_id,
         group_instance_id="s1",
     )
     for member in members:
@@ -96,9 +99,7 @@ def fuzz(
     )
     @given(case=op.as_strategy(generation_mode=mode))
     def run(case: schemathesis.Case[Any]) -> None:
-        response = case.call(
-            base_url=coord.admin_url, session=SESSION, headers=headers, timeout=10
-        )
+        response = case.call(base_url=coord.admin_url, session=SESSION, headers=headers, timeout=10)
         seen.append(response.status_code)
         case.validate_response(response, checks=[not_a_server_error])
         assert response.status_code < 500, (case.as_curl_command(), response.text)

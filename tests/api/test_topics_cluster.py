@@ -10,7 +10,7 @@ from app.group.records import partition_for
 from app.runtime.node import PartitionState
 from tests.api.helpers import Api, close_all, form_group, served_node
 from tests.api.test_groups import detail
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 
 async def metadata_topics(api: Api) -> dict[str, int]:
@@ -107,8 +107,10 @@ async def test_cluster_healthz_readyz(api: Api) -> None:
         assert (await api.http.get("/healthz")).status_code == 200, "alive while loading"
         r = await api.http.get("/groups/g")
         assert r.status_code == 503 and "loading" in detail(r)
-        states = {x["partition"]: x["state"] for x in (await api.http.get("/cluster")).json()
-                  ["partitions"]}
+        states = {
+            x["partition"]: x["state"]
+            for x in (await api.http.get("/cluster")).json()["partitions"]
+        }
         assert states[pid] == "loading"
     finally:
         p.state = PartitionState.ACTIVE
@@ -156,8 +158,10 @@ async def test_metrics_prometheus_families(api: Api) -> None:
         assert s[(f"{name}_count", ())] >= 3, name
         assert s[(f"{name}_bucket", (("le", "+Inf"),))] == s[(f"{name}_count", ())]
     assert kind("coordinator_append_batch_records") == "histogram"
-    assert samples("coordinator_append_batch_records")[
-        ("coordinator_append_batch_records_count", ())] >= 1
+    assert (
+        samples("coordinator_append_batch_records")[("coordinator_append_batch_records_count", ())]
+        >= 1
+    )
     assert samples("coordinator_append_seconds")[("coordinator_append_seconds_count", ())] >= 1
     loads = samples("coordinator_partition_load_seconds")
     assert loads[("coordinator_partition_load_seconds_count", ())] == 4, "one per log partition"

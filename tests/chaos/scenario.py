@@ -29,9 +29,10 @@ from kio.serial import entity_reader
 
 from app.group.records import partition_for
 from tests.chaos import checks
-from tests.chaos.procs import ROOT, Consumer, Node
 from tests.chaos.workload import Workload, fetch_committed, probe_service
-from tests.kafka_client import KafkaTestClient, encode_request
+from tests.support.consumers import ConsumerProcess, Hub
+from tests.support.kafka_client import KafkaTestClient, encode_request
+from tests.support.nodes import ROOT, CoordinatorProcess
 from tests.support.postgres import PrivatePostgres
 
 STATIC_GROUP = "chaos-static"
@@ -40,6 +41,18 @@ CLIENT_TOPIC = "orders"
 CLIENT_PARTITIONS = 6
 WORKLOAD_TOPIC = "work"
 WORKLOAD_PARTITIONS = 4
+# the real clients of a chaos run, beyond the consumer driver's defaults: a commit is tried once
+# and its outcome reported (the driver sends one every 0.8 s; the checks count the acknowledged
+# ones), a retriable error escaping poll() fails the consumer, short polls, request timeouts and
+# reconnect backoffs (the cluster loses nodes all along), and librdkafka's group statistics
+CHAOS_CLIENT: dict[str, str | int | bool | None] = {
+    "commit_errors": "report",
+    "poll_errors": "fail",
+    "poll_ms": 100,
+    "request_timeout_ms": 20000,
+    "reconnect_backoff_max_ms": 500,
+    "stats": True,
+}
 
 
 @dataclass(frozen=True)
@@ -89,8 +102,9 @@ class ChaosRun:
         self.rng = random.Random(self.seed)
         self.pg: PrivatePostgres | None = None
         self.db_url = ""
-        self.nodes: list[Node] = []
-        self.consumers: list[Consumer] = []
+        self.nodes: list[CoordinatorProcess] = []
+        self.hub = Hub()
+        self.consumers: list[ConsumerProcess] = []
         self.workload: Workload | None = None
         self.counts = Counts()
         self.violations: list[str] = []
@@ -148,7 +162,7 @@ class ChaosRun:
                         out[p["partition"]] = (n.node_id, p["epoch"])
         return out
 
-    def node(self, node_id: int) -> Node:
+    def node(self, node_id: int) -> CoordinatorProcess:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def wait_served(self, timeout: float, what: str) -> dict[int, tuple[int, int]]:
@@ -199,7 +213,7 @@ class ChaosRun:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
         env["COORD_DATABASE_URL"] = self.db_url
         subprocess.run(
-            [sys.executable, "-m", "app.cli", "migrate"],
+            [sys.executable, "-m", "cli.main", "migrate"],
             cwd=ROOT, env=env, check=True, capture_output=True, timeout=60,
         )  # fmt: skip
         node_env = {
@@ -215,7 +229,10 @@ class ChaosRun:
             "COORD_COMPACTION_INTERVAL_MS": "3000",
             "COORD_ARCHIVE_HISTORY": "true",
         }
-        self.nodes = [Node(i, self.db_url, self.workdir, node_env) for i in range(1, cfg.nodes + 1)]
+        self.nodes = [
+            CoordinatorProcess(self.db_url, self.workdir, node_env, node_id=i)
+            for i in range(1, cfg.nodes + 1)
+        ]
         for n in self.nodes:
             n.start(wait_ready=False)
         for n in self.nodes:
@@ -227,19 +244,22 @@ class ChaosRun:
         boot = self.bootstrap()
         for i in range(cfg.static_members):
             self.consumers.append(
-                Consumer(
-                    self.workdir, "confluent", boot, STATIC_GROUP, CLIENT_TOPIC, f"static-{i}",
+                ConsumerProcess(
+                    self.hub, self.workdir, "confluent", boot, STATIC_GROUP, CLIENT_TOPIC,
+                    f"static-{i}",
                     instance=f"static-{i}",
                     session_timeout_ms=cfg.static_session_timeout_ms,
                     heartbeat_interval_ms=1000,
                     debug="cgrp",  # librdkafka's group log, shown when the test fails
+                    **CHAOS_CLIENT,
                 )
             )  # fmt: skip
         for i in range(cfg.dynamic_members):
             self.consumers.append(
-                Consumer(
-                    self.workdir, "kafka-python", boot, DYNAMIC_GROUP, CLIENT_TOPIC,
+                ConsumerProcess(
+                    self.hub, self.workdir, "kafka-python", boot, DYNAMIC_GROUP, CLIENT_TOPIC,
                     f"dynamic-{i}", session_timeout_ms=10000, heartbeat_interval_ms=1000,
+                    **CHAOS_CLIENT,
                 )
             )  # fmt: skip
         groups = [f"chaos-w{i:02d}" for i in range(cfg.protocol_groups)]
@@ -282,7 +302,7 @@ class ChaosRun:
         while not self._driver_stop.is_set():
             for c in self.consumers:
                 counter += 1
-                c.send(f"commit {counter}")
+                c.send(f"commit {counter}", quiet=True)  # a dead consumer: failure() says
                 self._sent[c.name] = counter
             self._driver_stop.wait(0.8)
 
@@ -362,7 +382,7 @@ class ChaosRun:
         up by itself is not waited for; verify() reports it.)"""
         since = time.time()
         deadline = time.monotonic() + timeout
-        late: list[Consumer] = []
+        late: list[ConsumerProcess] = []
         while time.monotonic() < deadline:
             late = [
                 c
@@ -845,7 +865,7 @@ class ChaosRun:
         for n in self.nodes:
             out.append((f"node {n.node_id} log", n.logs(tail=15000)))
         for c in self.consumers:
-            out.append((f"consumer {c.name}", c.describe()))
+            out.append((f"consumer {c.name}", c.describe(last=60)))
         if self.workload is not None:
             out.append(
                 (
@@ -883,7 +903,9 @@ class ZombieProbe:
     the answers after it resumes. A commit acknowledged by a resumed node for a partition it
     lost is a zombie write that was not refused."""
 
-    def __init__(self, node: Node, log_partitions: int, partitions: list[int], round_: int):
+    def __init__(
+        self, node: CoordinatorProcess, log_partitions: int, partitions: list[int], round_: int
+    ):
         self.groups: dict[str, str] = {}  # label -> group (one group per label)
         self.pending: dict[str, tuple[str, int, int]] = {}  # label -> (group, offset, corr)
         self.partitions = partitions

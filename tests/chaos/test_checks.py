@@ -13,7 +13,7 @@ from app.group.records import (
 )
 from tests.chaos import checks
 from tests.chaos.checks import LoggedRecord, LogSnapshot, LostLease
-from tests.chaos.workload import encode_assignment
+from tests.support import consumer_bytes
 
 
 def rec(p: int, o: int, r: Record, epoch: int, node: int, t: int = 0) -> LoggedRecord:
@@ -37,7 +37,7 @@ def meta(generation: int, assignment: dict[str, list[int]], static: bool = False
             rebalance_timeout_ms=1000,
             session_timeout_ms=1000,
             subscription=b"",
-            assignment=encode_assignment("t", parts),
+            assignment=consumer_bytes.assignment({"t": parts}),
         )
         for who, parts in assignment.items()
     )

@@ -1,5 +1,5 @@
 """Joins, syncs, heartbeats and offset commits in many small groups, driven by the project's
-protocol client (tests/kafka_client.py) on its own event loop in a background thread.
+protocol client (tests/support/kafka_client.py) on its own event loop in a background thread.
 
 Each group has one or two dynamic members. A member finds its coordinator through any node,
 joins (MEMBER_ID_REQUIRED first), the leader assigns the topic's partitions by range in the
@@ -20,14 +20,14 @@ import collections
 import contextlib
 import itertools
 import random
-import struct
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.kafka_client import ConnectionClosed, KafkaTestClient
+from tests.support.consumer_bytes import assignment, range_assign, subscription
+from tests.support.kafka_client import ConnectionClosed, KafkaTestClient
 
 # error codes (app.group.messages.Error)
 NONE = 0
@@ -46,36 +46,6 @@ REBALANCE_TIMEOUT_MS = 8_000
 
 # (JoinGroup, SyncGroup, Heartbeat, OffsetCommit) versions; groups cycle through these
 VERSION_SETS = ((9, 5, 4, 8), (5, 3, 3, 7), (7, 4, 4, 8))
-
-
-def encode_subscription(topics: Sequence[str]) -> bytes:
-    """ConsumerProtocolSubscription v0."""
-    out = [struct.pack(">hi", 0, len(topics))]
-    for t in topics:
-        b = t.encode()
-        out.append(struct.pack(">h", len(b)) + b)
-    out.append(struct.pack(">i", -1))  # no user data
-    return b"".join(out)
-
-
-def encode_assignment(topic: str, partitions: Sequence[int]) -> bytes:
-    """ConsumerProtocolAssignment v0 with one topic."""
-    b = topic.encode()
-    body = struct.pack(">hih", 0, 1, len(b)) + b + struct.pack(">i", len(partitions))
-    body += b"".join(struct.pack(">i", p) for p in partitions)
-    return body + struct.pack(">i", -1)
-
-
-def range_assign(member_ids: Sequence[str], partitions: int) -> dict[str, list[int]]:
-    ms = sorted(member_ids)
-    per, extra = divmod(partitions, len(ms))
-    out: dict[str, list[int]] = {}
-    start = 0
-    for i, m in enumerate(ms):
-        n = per + (1 if i < extra else 0)
-        out[m] = list(range(start, start + n))
-        start += n
-    return out
 
 
 def err(resp: Any) -> int:
@@ -288,7 +258,7 @@ class Workload:
     async def _join_and_sync(self, m: Member) -> None:
         jv, sv, _hv, _cv = m.versions
         assert m.conn is not None
-        sub = encode_subscription([self.topic])
+        sub = subscription([self.topic])
         req = m.conn.join_group_request(
             m.group,
             m.member_id,
@@ -310,8 +280,8 @@ class Workload:
         assignments: dict[str, bytes] = {}
         if r.leader == m.member_id:
             ids = [x.member_id for x in r.members]
-            for mid, ps in range_assign(ids, self.partitions).items():
-                assignments[mid] = encode_assignment(self.topic, ps)
+            for mid, tps in range_assign(ids, {self.topic: self.partitions}).items():
+                assignments[mid] = assignment({self.topic: tps.get(self.topic, [])})
         sreq = m.conn.sync_group_request(
             m.group, m.generation, m.member_id, assignments=assignments, version=sv
         )

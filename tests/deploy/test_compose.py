@@ -42,6 +42,6 @@ def test_every_compose_setting_is_one_the_node_reads_and_parses() -> None:
 
 def test_dockerfile_installs_the_package_and_serves() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    for path in ("app", "storage", "api", "migrations", "pyproject.toml"):
+    for path in ("app", "storage", "api", "migrations", "cli", "pyproject.toml"):
         assert f"COPY {path}" in text
     assert 'ENTRYPOINT ["coordinator"]' in text and 'CMD ["serve"]' in text

@@ -9,22 +9,14 @@ with -s); E2E_CLIENT_LOG sets the client libraries' log levels (e.g. DEBUG, or
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.integration.harness import (
-    PARTITIONS,
-    TOPIC,
-    ConsumerProcess,
-    CoordinatorProcess,
-    Hub,
-    group_records,
-)
+from tests.support.consumers import PARTITIONS, TOPIC, Consumers
+from tests.support.nodes import CoordinatorProcess
 
 COORD_ENV = {
     "COORD_TOPICS": f"{TOPIC}:{PARTITIONS},other:2",  # topics must exist before subscribing
@@ -34,50 +26,16 @@ COORD_ENV = {
 }
 
 
-class E2E:
-    """What a test gets: the coordinator, a consumer factory and diagnostics."""
+class E2E(Consumers):
+    """What a test gets: its own coordinator, a consumer factory and diagnostics."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.hub = Hub()
-        self.coord = CoordinatorProcess(
-            f"sqlite+aiosqlite:///{tmp_path}/coordinator.db", tmp_path, dict(COORD_ENV)
-        )
-        self.consumers: list[ConsumerProcess] = []
-        self.groups: set[str] = set()
-
-    def consumer(self, client: str, group: str, name: str, **kw: Any) -> ConsumerProcess:
-        self.groups.add(group)
-        c = ConsumerProcess(
-            self.hub, self.tmp_path, client, self.coord.bootstrap, group, TOPIC, name, **kw
-        )
-        self.consumers.append(c)
-        return c
+        db_url = f"sqlite+aiosqlite:///{tmp_path}/coordinator.db"
+        super().__init__(tmp_path, CoordinatorProcess(db_url, tmp_path, dict(COORD_ENV)))
 
     def teardown(self) -> None:
-        for c in self.consumers:
-            with contextlib.suppress(Exception):  # keep killing the others
-                c.kill()
+        self.kill_consumers()
         self.coord.kill()
-
-    def diagnostics(self) -> list[tuple[str, str]]:
-        out = [("coordinator log", self.coord.logs(tail=12000))]
-        for c in self.consumers:
-            out.append((f"consumer {c.name}", c.describe()))
-        for g in sorted(self.groups):
-            try:
-                lines = [
-                    f"p{r.partition}@{r.offset} gen={r.generation} "
-                    + ("TOMBSTONE" if r.value is None else
-                       f"leader={r.value.leader} "
-                       f"assign={ {k: sorted(v) for k, v in r.assignments().items()} } "
-                       f"instances={r.instances()}")
-                    for r in group_records(self.coord.db_path, g)
-                ]
-            except Exception as e:
-                lines = [f"cannot read the log: {e!r}"]
-            out.append((f"event log of group {g}", "\n".join(lines)))
-        return out
 
 
 @pytest.fixture

@@ -18,13 +18,8 @@ import kafka  # noqa: F401
 import pytest
 
 from tests.integration.conftest import E2E
-from tests.integration.harness import (
-    PARTITIONS,
-    ConsumerProcess,
-    GroupRecord,
-    generations,
-    group_records,
-)
+from tests.support.consumers import PARTITIONS, ConsumerProcess
+from tests.support.eventlog import GroupRecord, generations, group_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -110,14 +105,16 @@ def assert_quiet(members: Sequence[ConsumerProcess], marks: Sequence[int], what:
         assert rebalance_events(m, mk) == [], f"{m.name} rebalanced {what}: {m.since(mk)}"
 
 
-def start_group(
-    e2e: E2E, client: str, group: str, n: int, **kw: Any
-) -> list[ConsumerProcess]:
+def start_group(e2e: E2E, client: str, group: str, n: int, **kw: Any) -> list[ConsumerProcess]:
     static = kw.pop("static", False)
     return [
         e2e.consumer(
-            client, group, f"{group}-{i}", instance=f"{group}-inst{i}" if static else None,
-            heartbeat_interval_ms=HEARTBEAT_MS, **kw,
+            client,
+            group,
+            f"{group}-{i}",
+            instance=f"{group}-inst{i}" if static else None,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            **kw,
         )
         for i in range(n)
     ]

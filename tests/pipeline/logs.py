@@ -7,7 +7,6 @@ out with exactly the numbers below and no violation, corrupted ones must be flag
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,21 +25,7 @@ from app.group.records import (
     registration_record,
 )
 from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
-
-
-def _s16(s: str) -> bytes:
-    return struct.pack(">h", len(s)) + s.encode()
-
-
-def subscription(*topics: str) -> bytes:
-    return struct.pack(">hi", 0, len(topics)) + b"".join(_s16(t) for t in topics) + b"\xff" * 4
-
-
-def assignment(**topics: list[int]) -> bytes:
-    out = struct.pack(">hi", 0, len(topics))
-    for t, ps in topics.items():
-        out += _s16(t) + struct.pack(">i", len(ps)) + b"".join(struct.pack(">i", p) for p in ps)
-    return out + b"\xff" * 4
+from tests.support.consumer_bytes import assignment, subscription
 
 
 def member(
@@ -53,8 +38,8 @@ def member(
         "/10.0.0.1",
         30_000,
         10_000,
-        subscription(*topics),
-        assignment(**assigned) if assigned else b"",
+        subscription(topics),
+        assignment(assigned) if assigned else b"",
     )
 
 

@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from pipeline.audit import run_audit
-from tests.integration.harness import (
-    PARTITIONS,
-    ROOT,
-    TOPIC,
-    ConsumerProcess,
-    CoordinatorProcess,
-    Hub,
-)
+from tests.support.consumers import PARTITIONS, TOPIC, ConsumerProcess, Hub
+from tests.support.nodes import ROOT, CoordinatorProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -86,7 +80,7 @@ def test_audit_of_a_real_coordinator_log(spark: Any, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "app.cli",
+            "cli.main",
             "export",
             "--out",
             str(export),

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_client import KafkaTestClient
 from tests.runtime.node_fixture import RunningNode, running_node
+from tests.support.kafka_client import KafkaTestClient
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 
 def list_offsets_request(version: int) -> Any:

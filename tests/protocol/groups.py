@@ -3,41 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Any
 
 from app.group.messages import Error
-from tests.kafka_client import KafkaTestClient
+from tests.support.consumer_bytes import assignment, subscription
+from tests.support.kafka_client import KafkaTestClient
 
-
-def _str(s: str) -> bytes:
-    raw = s.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def subscription(*topics: str) -> bytes:
-    """ConsumerProtocolSubscription v0: topics, null user data."""
-    return (
-        struct.pack(">hi", 0, len(topics))
-        + b"".join(_str(t) for t in topics)
-        + struct.pack(">i", -1)
-    )
-
-
-def assignment(topic: str, partitions: list[int]) -> bytes:
-    """ConsumerProtocolAssignment v0: one topic's partitions, null user data."""
-    return (
-        struct.pack(">hi", 0, 1)
-        + _str(topic)
-        + struct.pack(f">i{len(partitions)}i", len(partitions), *partitions)
-        + struct.pack(">i", -1)
-    )
-
-
-SUBSCRIPTION = subscription("t1")
-ASSIGNMENT = assignment("t1", [0, 1, 2])
+# the consumer protocol's v0 bytes
+SUBSCRIPTION = subscription(["t1"])
+ASSIGNMENT = assignment({"t1": [0, 1, 2]})
 # "range" first: a single member's vote selects it
-PROTOCOLS = (("range", SUBSCRIPTION), ("roundrobin", subscription("t1", "t6")))
+PROTOCOLS = (("range", SUBSCRIPTION), ("roundrobin", subscription(["t1", "t6"])))
 
 
 async def join(

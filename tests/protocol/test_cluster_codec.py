@@ -34,9 +34,9 @@ from app.kafka.apis import (
 from app.kafka.codec import build, request_class, response_class
 from app.kafka.context import NO_RESPONSE
 from app.kafka.tagged import strip_unknown_tags
-from tests.kafka_client import KafkaTestClient, encode_request
 from tests.protocol.wire import ctx, edge_decode, kp_call
 from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient, encode_request
 
 # --- the table -------------------------------------------------------------------------------
 

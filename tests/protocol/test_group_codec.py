@@ -81,9 +81,9 @@ from app.group.messages import (
 )
 from app.kafka import group_apis as g
 from app.kafka.codec import encode_body
-from tests.kafka_client import KafkaTestClient
 from tests.protocol.groups import ASSIGNMENT, committed, describe, stable_group
 from tests.protocol.wire import ctx, edge_decode, kp_call, kp_decode
+from tests.support.kafka_client import KafkaTestClient
 
 TOPICS = {"t1": 3, "t2": 1}
 

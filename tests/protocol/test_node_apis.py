@@ -13,7 +13,6 @@ from kio.index import load_response_schema
 
 from app.group.messages import Error
 from app.kafka.apis import APIS
-from tests.kafka_client import KafkaTestClient
 from tests.protocol.data_plane import fetch_request, list_offsets_request, produce_request
 from tests.protocol.groups import (
     ASSIGNMENT,
@@ -30,6 +29,7 @@ from tests.protocol.groups import (
     wait_for_state,
 )
 from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient
 
 INT32_MIN = -(2**31)
 
@@ -297,9 +297,7 @@ async def test_two_members_rebalance(node: RunningNode, v: Versions) -> None:
         assert left.error_code == Error.NONE
         hb = await lc.heartbeat("duo", 1, leader.member_id, version=v.heartbeat)
         assert hb.error_code == Error.REBALANCE_IN_PROGRESS
-        rejoined = await lc.join_group(
-            "duo", leader.member_id, protocols=PROTOCOLS, version=v.join
-        )
+        rejoined = await lc.join_group("duo", leader.member_id, protocols=PROTOCOLS, version=v.join)
         assert (rejoined.error_code, rejoined.generation_id) == (Error.NONE, 2)
         assert [m.member_id for m in rejoined.members] == [leader.member_id]
     finally:

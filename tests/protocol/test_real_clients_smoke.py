@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from app.group.consumer_protocol import decode_assignment, decode_subscription
-from tests.kafka_client import KafkaTestClient
 from tests.protocol.groups import committed, describe, list_groups
 from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient
 
 DEADLINE_S = 30.0
 

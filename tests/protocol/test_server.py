@@ -13,10 +13,10 @@ from kio.index import load_response_schema
 
 from app.group.messages import Error
 from app.kafka.codec import request_class
-from tests.kafka_client import KafkaTestClient, encode_request
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
 from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient, encode_request
 
 MAX_FRAME_BYTES = 1 << 20
 
@@ -193,9 +193,7 @@ async def test_unknown_tagged_field_on_the_wire_is_skipped(client: KafkaTestClie
     resp = await client.request_raw(12, 4, body, load_response_schema(12, 4), flexible_header=True)
     assert resp.error_code == Error.NONE
     stale = body.replace(struct.pack(">i", gen), struct.pack(">i", gen + 1), 1)
-    resp = await client.request_raw(
-        12, 4, stale, load_response_schema(12, 4), flexible_header=True
-    )
+    resp = await client.request_raw(12, 4, stale, load_response_schema(12, 4), flexible_header=True)
     assert resp.error_code == Error.ILLEGAL_GENERATION  # decoded for real, not ignored
 
 
@@ -280,9 +278,7 @@ async def test_fetch_wait_ends_when_the_connection_closes(client: KafkaTestClien
     await asyncio.sleep(0.05)
 
     def fetch_tasks() -> list[asyncio.Task[object]]:
-        return [
-            t for t in asyncio.all_tasks() if t.get_name() == "Fetch" and not t.done()
-        ]
+        return [t for t in asyncio.all_tasks() if t.get_name() == "Fetch" and not t.done()]
 
     assert fetch_tasks()
     await client.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.kafka.apis import version_table
 from app.kafka.context import RequestContext
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 
 # correlation ids for kafka-python frames, far from the ones KafkaTestClient hands out
 _KP_CORRELATION = itertools.count(1_000_000)

@@ -14,7 +14,7 @@ from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
-from tests.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient
 from tests.support.ports import free_port
 
 

@@ -73,12 +73,17 @@ async def test_two_nodes_share_partitions_and_point_clients_to_the_owner(tmp_pat
     async with AsyncExitStack() as stack:
         a = await stack.enter_async_context(node(url, 1))
         b = await stack.enter_async_context(node(url, 2))
-        await eventually(lambda: len(a.partitions) + len(b.partitions) == 9
-                         and not set(a.partitions) & set(b.partitions)
-                         and abs(len(a.partitions) - len(b.partitions)) <= 1)
+        await eventually(
+            lambda: (
+                len(a.partitions) + len(b.partitions) == 9
+                and not set(a.partitions) & set(b.partitions)
+                and abs(len(a.partitions) - len(b.partitions)) <= 1
+            )
+        )
         await a.wait_loaded()
         await b.wait_loaded()
         assert a.ready() and b.ready()
+
         # every node answers FindCoordinator with the partition's owner (after one lease
         # round, each node's view of the other's leases is current)
         def owners_agree() -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.kafka_client import KafkaTestClient
 from tests.runtime.node_fixture import running_node
+from tests.support.kafka_client import KafkaTestClient
 
 GROUP = "kip814"
 PROTOCOLS = [("range", b"\x00\x00subscription")]
@@ -54,7 +54,10 @@ async def test_static_leader_rejoin_v9_gets_skip_assignment(tmp_path: Path) -> N
         assert {m.group_instance_id for m in rejoin.members} == {"leader", "follower"}
 
         sync = await c.sync_group(
-            GROUP, gen, rejoin.member_id, group_instance_id="leader",
+            GROUP,
+            gen,
+            rejoin.member_id,
+            group_instance_id="leader",
             assignments={rejoin.member_id: b"ignored"},
         )
         assert sync.error_code == 0

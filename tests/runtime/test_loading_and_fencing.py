@@ -78,9 +78,7 @@ async def test_a_fenced_partition_refuses_the_write_and_stops_serving(tmp_path: 
             # the zombie's write is not in the log and the node no longer serves the group
             fetch = await c.offset_fetch(GROUP, [("t1", 0)])
             assert fetch.groups[0].error_code == 16  # NOT_COORDINATOR
-            offsets = [
-                r for batch in [b async for b in other.read(pid)] for r in batch
-            ]
+            offsets = [r for batch in [b async for b in other.read(pid)] for r in batch]
             assert len(offsets) == 1
         finally:
             await other.close()

@@ -20,9 +20,7 @@ err = Console(stderr=True)
 
 Url = Annotated[
     str,
-    typer.Option(
-        "--url", envvar="COORD_ADMIN_URL", help="admin API of any node (COORD_ADMIN_URL)"
-    ),
+    typer.Option("--url", envvar="COORD_ADMIN_URL", help="admin API of any node (COORD_ADMIN_URL)"),
 ]
 Token = Annotated[
     str | None,
@@ -82,12 +80,18 @@ def show(data: Any, as_json: bool, title: str, columns: list[str]) -> None:
 
 @groups_cli.command("list")
 def groups_list(
-    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: Json = False,
     state: Annotated[str | None, typer.Option(help="only groups in this state")] = None,
 ) -> None:
     path = "/groups" + (f"?state={state}" if state else "")
-    show(call("GET", url, path, token), as_json, "groups",
-         ["group_id", "state", "protocol_type", "generation", "members"])
+    show(
+        call("GET", url, path, token),
+        as_json,
+        "groups",
+        ["group_id", "state", "protocol_type", "generation", "members"],
+    )
 
 
 @groups_cli.command("describe")
@@ -115,8 +119,9 @@ def groups_describe(
             if parts is not None
             else f"{a.get('size', 0)} bytes"
         )
-        table.add_row(m["member_id"], m["group_instance_id"] or "", m["client_id"],
-                      m["client_host"], assigned)
+        table.add_row(
+            m["member_id"], m["group_instance_id"] or "", m["client_id"], m["client_host"], assigned
+        )
     console.print(table)
     show(g["offsets"], False, "committed offsets", ["topic", "partition", "offset"])
 
@@ -126,7 +131,9 @@ def groups_register(
     group_id: str,
     instance_ids: Annotated[list[str], typer.Argument(help="group.instance.id values")],
     expansion_timeout_ms: Annotated[int, typer.Option(help="wait for the batch")] = 60_000,
-    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: Json = False,
 ) -> None:
     """Pre-register static members so their scale-up costs one rebalance."""
     body = {"group_instance_ids": instance_ids, "expansion_timeout_ms": expansion_timeout_ms}
@@ -139,8 +146,11 @@ def groups_register(
 
 @groups_cli.command("rebalance")
 def groups_rebalance(
-    group_id: str, reason: Annotated[str, typer.Option()] = "requested by operator",
-    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+    group_id: str,
+    reason: Annotated[str, typer.Option()] = "requested by operator",
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: Json = False,
 ) -> None:
     r = call("POST", url, f"/groups/{group_id}/rebalance", token, {"reason": reason})
     typer.echo(json.dumps(r, indent=2) if as_json else f"{group_id}: {r['result']}")
@@ -168,7 +178,9 @@ def groups_offsets(
         list[str] | None,
         typer.Option("--set", help="topic:partition=offset (only for an Empty group)"),
     ] = None,
-    url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: Json = False,
 ) -> None:
     if set_:
         offsets = []
@@ -176,8 +188,7 @@ def groups_offsets(
             try:
                 tp, offset = item.split("=")
                 topic, partition = tp.rsplit(":", 1)
-                offsets.append({"topic": topic, "partition": int(partition),
-                                "offset": int(offset)})
+                offsets.append({"topic": topic, "partition": int(partition), "offset": int(offset)})
             except ValueError as e:
                 err.print(f"[red]--set {item!r} is not topic:partition=offset[/red]")
                 raise typer.Exit(2) from e
@@ -195,17 +206,17 @@ def topics_list(url: Url = DEFAULT_URL, token: Token = None, as_json: Json = Fal
 
 
 @topics_cli.command("create")
-def topics_create(
-    name: str, partitions: int, url: Url = DEFAULT_URL, token: Token = None
-) -> None:
+def topics_create(name: str, partitions: int, url: Url = DEFAULT_URL, token: Token = None) -> None:
     call("POST", url, "/topics", token, {"name": name, "partitions": partitions})
     typer.echo(f"created {name} with {partitions} partitions")
 
 
 @topics_cli.command("alter")
 def topics_alter(
-    name: str, partitions: Annotated[int, typer.Option(help="new count (grow only)")],
-    url: Url = DEFAULT_URL, token: Token = None,
+    name: str,
+    partitions: Annotated[int, typer.Option(help="new count (grow only)")],
+    url: Url = DEFAULT_URL,
+    token: Token = None,
 ) -> None:
     call("PATCH", url, f"/topics/{name}", token, {"partitions": partitions})
     typer.echo(f"{name} now has {partitions} partitions")
@@ -218,5 +229,9 @@ def cluster_command(url: Url = DEFAULT_URL, token: Token = None, as_json: Json =
         typer.echo(json.dumps(data, indent=2))
         return
     show(data["nodes"], False, "nodes", ["node_id", "host", "port", "admin_url", "partitions"])
-    show(data["partitions"], False, "log partitions",
-         ["partition", "owner", "epoch", "state", "records_loaded", "load_ms"])
+    show(
+        data["partitions"],
+        False,
+        "log partitions",
+        ["partition", "owner", "epoch", "state", "records_loaded", "load_ms"],
+    )

@@ -64,8 +64,14 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     log.info(
         "node %d serving Kafka on %s:%d (advertised %s:%d), admin on http://%s:%d, %d log "
         "partitions, database %s",
-        settings.node_id, host, port, *settings.advertised_address, admin_host, admin_port,
-        node.log_partitions, settings.database_url,
+        settings.node_id,
+        host,
+        port,
+        *settings.advertised_address,
+        admin_host,
+        admin_port,
+        node.log_partitions,
+        settings.database_url,
     )
     try:
         await stop.wait()
