@@ -23,28 +23,45 @@ TOPICS = ["t0", "t1"]
 
 def _member(i: int, gen: int) -> MemberValue:
     return MemberValue(
-        f"m{i}-{gen}", f"i{i}" if i % 2 else None, "client", "/127.0.0.1", 30000, 10000,
-        b"sub%d" % i, b"assign%d-%d" % (i, gen),
+        f"m{i}-{gen}",
+        f"i{i}" if i % 2 else None,
+        "client",
+        "/127.0.0.1",
+        30000,
+        10000,
+        b"sub%d" % i,
+        b"assign%d-%d" % (i, gen),
     )
 
 
 commit = st.builds(
     lambda g, t, p, o: offset_record(g, t, p, OffsetValue(o, -1, "", 1, -1)),
-    st.sampled_from(GROUPS), st.sampled_from(TOPICS), st.integers(0, 2), st.integers(0, 10**6),
+    st.sampled_from(GROUPS),
+    st.sampled_from(TOPICS),
+    st.integers(0, 2),
+    st.integers(0, 10**6),
 )
 offset_delete = st.builds(
     lambda g, t, p: offset_record(g, t, p, None),
-    st.sampled_from(GROUPS), st.sampled_from(TOPICS), st.integers(0, 2),
+    st.sampled_from(GROUPS),
+    st.sampled_from(TOPICS),
+    st.integers(0, 2),
 )
 group_meta = st.builds(
     lambda g, gen, n: group_record(
         g,
         GroupMetadataValue(
-            "consumer", gen, "range" if n else None, f"m0-{gen}" if n else None, 5,
+            "consumer",
+            gen,
+            "range" if n else None,
+            f"m0-{gen}" if n else None,
+            5,
             tuple(_member(i, gen) for i in range(n)),
         ),
     ),
-    st.sampled_from(GROUPS), st.integers(0, 50), st.integers(0, 3),
+    st.sampled_from(GROUPS),
+    st.integers(0, 50),
+    st.integers(0, 3),
 )
 group_delete = st.builds(lambda g: group_record(g, None), st.sampled_from(GROUPS))
 histories = st.lists(

@@ -604,7 +604,12 @@ class EventLogSuite:
     ) -> None:
         e = await self.lease(log, 0)
         writes = [
-            rec(1, b"a"), rec(2, b"a"), rec(1, b"b"), rec(2, None), rec(3, b"a"), rec(1, b"c")
+            rec(1, b"a"),
+            rec(2, b"a"),
+            rec(1, b"b"),
+            rec(2, None),
+            rec(3, b"a"),
+            rec(1, b"c"),
         ]
         for r in writes:
             await log.append([AppendBatch(0, e, NODE1, [r])], now_ms=T0)
@@ -612,12 +617,19 @@ class EventLogSuite:
         assert stats.removed == 3
         kept = await read_all(log, 0)
         assert [(s.offset, s.key, s.value) for s in kept] == [
-            (3, b"k2", None), (4, b"k3", b"a3"), (5, b"k1", b"c1"),
+            (3, b"k2", None),
+            (4, b"k3", b"a3"),
+            (5, b"k1", b"c1"),
         ]
         async with log.engine.connect() as conn:
-            history = (await conn.execute(text(
-                'SELECT "offset", value FROM log_history WHERE partition = 0 ORDER BY "offset"'
-            ))).all()
+            history = (
+                await conn.execute(
+                    text(
+                        'SELECT "offset", value FROM log_history WHERE partition = 0 '
+                        'ORDER BY "offset"'
+                    )
+                )
+            ).all()
         assert [tuple(r) for r in history] == [(0, b"a1"), (1, b"a2"), (2, b"b1")]
         # a second round removes the tombstone, whose deleted value is gone now
         await log.compact(0, NODE1, e, tombstone_cutoff_ms=T0 + 1)

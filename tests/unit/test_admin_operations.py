@@ -26,9 +26,7 @@ def force(ctx: Context, reason: str = "test") -> AdminResult:
 
 
 def rejoin_all(ctx: Context, members: dict[str, str | None]) -> dict[str, int]:
-    return {
-        mid: ctx.join(GROUP, member_id=mid, instance_id=inst) for mid, inst in members.items()
-    }
+    return {mid: ctx.join(GROUP, member_id=mid, instance_id=inst) for mid, inst in members.items()}
 
 
 def generations(ctx: Context) -> list[int]:
@@ -53,8 +51,12 @@ def test_registered_scale_up_of_four_static_members_costs_one_rebalance() -> Non
     assert len(ctx.group(GROUP).members) == 8
     gen = g.generation + 1
     for r in replies.values():
-        ctx.sync(r.member_id, gen, instance_id=ctx.group().members[r.member_id].group_instance_id,
-                 assignments=[(m, b"a") for m in ctx.group().members] if r.members else ())
+        ctx.sync(
+            r.member_id,
+            gen,
+            instance_id=ctx.group().members[r.member_id].group_instance_id,
+            assignments=[(m, b"a") for m in ctx.group().members] if r.members else (),
+        )
     ctx.complete_writes()
     assert ctx.state() is GroupState.STABLE
     # the registration closes once the scale-up's generation is durable
