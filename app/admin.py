@@ -7,26 +7,30 @@ state; changes go through the core like any Kafka request (write, then reply).
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from app.group.consumer_protocol import decode_assignment, decode_subscription
+from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
+    AdminOutcome,
     AdminResult,
+    DeleteGroupResult,
     Error,
     LeaveGroupRequest,
+    LeaveGroupResponse,
     LeaveMember,
     OffsetCommitPartition,
     OffsetCommitRequest,
+    OffsetCommitResponse,
 )
-from app.group.records import partition_for
-from app.group.state import Group, GroupState
-from app.runtime.node import (
-    METADATA_PARTITION,
-    CoordinatorNode,
-    NotCoordinatorError,
-    PartitionState,
-    now_ms,
-)
+from app.group.results import Result
+from app.group.state import GroupState
+from app.group.view import GroupView, OffsetView
+from app.runtime.node import CoordinatorNode
+from app.runtime.placement import partition_for
+from app.runtime.runtime import METADATA_PARTITION, PartitionState, now_ms
+from app.service import CoordinatorError
 
 
 class AdminError(Exception):
@@ -87,6 +91,17 @@ def assignment_view(protocol_type: str | None, data: bytes) -> dict[str, Any]:
     return _bytes_view(data)
 
 
+# what an admin outcome answers over HTTP (the core says what happened; this says the status)
+_OUTCOME_STATUS = {
+    AdminOutcome.DONE: 200,
+    AdminOutcome.INVALID: 422,
+    AdminOutcome.NO_SUCH_GROUP: 404,
+    AdminOutcome.GROUP_EMPTY: 409,
+    AdminOutcome.NOT_REGISTERED: 404,
+    AdminOutcome.NOT_WRITTEN: 503,
+}
+
+
 class AdminService:
     def __init__(self, node: CoordinatorNode, token: str | None = None) -> None:
         self.node = node
@@ -94,8 +109,8 @@ class AdminService:
 
     # -- routing ------------------------------------------------------------------------------
 
-    def _group(self, group_id: str) -> tuple[Any, Group | None]:
-        """(partition, group) if this node serves the group; raises Elsewhere/AdminError."""
+    def _serves(self, group_id: str) -> None:
+        """Return if this node serves the group now; raises Elsewhere/AdminError."""
         if not group_id:
             raise AdminError(400, "group id must not be empty")
         node = self.node
@@ -108,95 +123,89 @@ class AdminService:
             raise Elsewhere(owner, node.admin_urls.get(owner))
         if p.state is not PartitionState.ACTIVE or p.core is None:
             raise AdminError(503, f"log partition {pid} is still loading; retry shortly")
-        group = p.core.groups.get(group_id)
-        if group is not None and group.is_(GroupState.DEAD):
-            group = None
-        return p, group
+
+    def _view(self, group_id: str) -> GroupView | None:
+        """The group as the core shows it; None if it does not exist (or is being deleted)."""
+        self._serves(group_id)
+        try:
+            return self.node.schedule_read(group_id, lambda core, now: core.describe(group_id))
+        except CoordinatorError as e:
+            raise AdminError(503, f"this node does not serve the group right now ({e})") from e
+
+    def _existing(self, group_id: str) -> GroupView:
+        g = self._view(group_id)
+        if g is None:
+            raise AdminError(404, f"group {group_id!r} does not exist")
+        return g
+
+    async def _write(
+        self, name: str, group_id: str, op: Callable[[GroupCoordinator, int, int], Result]
+    ) -> Any:
+        try:
+            return await self.node.schedule_write(name, group_id, op)
+        except CoordinatorError as e:
+            raise AdminError(503, f"this node does not serve the group right now ({e})") from e
 
     # -- groups -------------------------------------------------------------------------------
 
     def list_groups(self, state: str | None = None) -> list[dict[str, Any]]:
         wanted = state.lower() if state else None
         out = []
-        for p in self.node.partitions.values():
-            if p.core is None:
+        for pid, g in self.node.group_summaries():
+            if g.state is GroupState.DEAD or (wanted and g.state.value.lower() != wanted):
                 continue
-            for g in p.core.groups.values():
-                if g.is_(GroupState.DEAD) or (wanted and g.state.value.lower() != wanted):
-                    continue
-                out.append(
-                    {
-                        "group_id": g.group_id,
-                        "state": g.state.value,
-                        "protocol_type": g.protocol_type or "",
-                        "generation": g.generation,
-                        "members": len(g.members),
-                        "log_partition": p.id,
-                    }
-                )
+            out.append(
+                {
+                    "group_id": g.group_id,
+                    "state": g.state.value,
+                    "protocol_type": g.protocol_type,
+                    "generation": g.generation,
+                    "members": g.members,
+                    "log_partition": pid,
+                }
+            )
         return sorted(out, key=lambda g: g["group_id"])
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
-        _, g = self._group(group_id)
-        if g is None:
-            raise AdminError(404, f"group {group_id!r} does not exist")
+        g = self._existing(group_id)
         proto = g.protocol_name
-        members = []
-        for m in g.members.values():
-            members.append(
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "session_timeout_ms": m.session_timeout_ms,
-                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                    "leader": m.member_id == g.leader_id,
-                    "subscription": subscription_view(g.protocol_type, m.metadata(proto))
-                    if proto
-                    else None,
-                    "assignment": assignment_view(g.protocol_type, m.assignment),
-                }
-            )
+        protocol_type = g.protocol_type or None
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "session_timeout_ms": m.session_timeout_ms,
+                "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                "leader": m.is_leader,
+                "subscription": subscription_view(protocol_type, m.subscription) if proto else None,
+                "assignment": assignment_view(protocol_type, m.assignment),
+            }
+            for m in g.members
+        ]
         return {
             "group_id": g.group_id,
             "state": g.state.value,
             "generation": g.generation,
-            "registered_static_members": list(g.registered),
+            "registered_static_members": list(g.registered_static_members),
             "rebalance_reason": g.rebalance_reason,
-            "protocol_type": g.protocol_type or "",
+            "protocol_type": g.protocol_type,
             "protocol_name": proto,
             "leader": g.leader_id,
             "members": members,
-            "offsets": self._offsets(g),
+            "offsets": _offsets(g.offsets),
         }
 
-    @staticmethod
-    def _offsets(g: Group) -> list[dict[str, Any]]:
-        return [
-            {
-                "topic": t,
-                "partition": p,
-                "offset": v.offset,
-                "leader_epoch": v.leader_epoch,
-                "metadata": v.metadata,
-                "commit_timestamp_ms": v.commit_timestamp,
-            }
-            for (t, p), v in sorted(g.offsets.items())
-        ]
-
     def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
-        _, g = self._group(group_id)
-        if g is None:
-            raise AdminError(404, f"group {group_id!r} does not exist")
-        return self._offsets(g)
+        return _offsets(self._existing(group_id).offsets)
 
     async def set_offsets(
         self, group_id: str, offsets: list[tuple[str, int, int]]
     ) -> list[dict[str, Any]]:
         """Like kafka-consumer-groups --reset-offsets: only while the group has no members."""
-        _, g = self._group(group_id)
-        if g is not None and not g.is_(GroupState.EMPTY):
+        g = self._view(group_id)
+        if g is not None and g.state is not GroupState.EMPTY:
             raise AdminError(
                 409, f"group {group_id!r} is {g.state.value}; offsets can be set only when Empty"
             )
@@ -208,14 +217,15 @@ class AdminService:
                 raise AdminError(422, f"unknown topic partition {topic}-{partition}")
             if offset < 0:
                 raise AdminError(422, f"offset of {topic}-{partition} must be >= 0")
-        response = await self.node.offset_commit(
-            OffsetCommitRequest(
-                group_id=group_id,
-                generation_id=-1,
-                member_id="",
-                group_instance_id=None,
-                partitions=tuple(OffsetCommitPartition(t, p, o) for t, p, o in offsets),
-            )
+        req = OffsetCommitRequest(
+            group_id=group_id,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            partitions=tuple(OffsetCommitPartition(t, p, o) for t, p, o in offsets),
+        )
+        response: OffsetCommitResponse = await self._write(
+            "OffsetCommit", group_id, lambda core, h, now: core.offset_commit(h, req, now)
         )
         failed = [r for r in response.partitions if r.error is not Error.NONE]
         if failed:
@@ -225,8 +235,10 @@ class AdminService:
         return self.group_offsets(group_id)
 
     async def delete_group(self, group_id: str) -> None:
-        self._group(group_id)
-        (result,) = await self.node.delete_groups([group_id])
+        self._serves(group_id)
+        result: DeleteGroupResult = await self._write(
+            "DeleteGroups", group_id, lambda core, h, now: core.delete_group(h, group_id, now)
+        )
         if result.error is Error.GROUP_ID_NOT_FOUND:
             raise AdminError(404, f"group {group_id!r} does not exist")
         if result.error is Error.NON_EMPTY_GROUP:
@@ -237,8 +249,9 @@ class AdminService:
     async def register_static_members(
         self, group_id: str, instance_ids: list[str], expansion_timeout_ms: int
     ) -> dict[str, Any]:
-        self._group(group_id)
-        result = await self.node.admin_call(
+        self._serves(group_id)
+        result: AdminResult = await self._write(
+            "RegisterStaticMembers",
             group_id,
             lambda core, h, now: core.register_static_members(
                 h, group_id, instance_ids, expansion_timeout_ms, now
@@ -248,42 +261,39 @@ class AdminService:
         return self.describe_group(group_id)
 
     async def force_rebalance(self, group_id: str, reason: str) -> dict[str, Any]:
-        self._group(group_id)
-        result = await self.node.admin_call(
-            group_id, lambda core, h, now: core.force_rebalance(h, group_id, reason, now)
+        self._serves(group_id)
+        result: AdminResult = await self._write(
+            "ForceRebalance",
+            group_id,
+            lambda core, h, now: core.force_rebalance(h, group_id, reason, now),
         )
         self._raise_for(result, group_id)
         return {"group_id": group_id, "result": result.message}
 
     @staticmethod
     def _raise_for(result: AdminResult, group_id: str) -> None:
-        status = {
-            Error.NONE: 0,
-            Error.INVALID_REQUEST: 422,
-            Error.GROUP_ID_NOT_FOUND: 404,
-            Error.UNKNOWN_MEMBER_ID: 404,
-            Error.NON_EMPTY_GROUP: 409,
-        }.get(result.error, 503)
-        if status == 409 and result.message == "group has no members":
+        status = _OUTCOME_STATUS[result.outcome]
+        if status == 200:
+            return
+        if result.outcome is AdminOutcome.GROUP_EMPTY:
             raise AdminError(409, f"group {group_id!r} is Empty: there is nothing to rebalance")
-        if result.error is Error.GROUP_ID_NOT_FOUND:
+        if result.outcome is AdminOutcome.NO_SUCH_GROUP:
             raise AdminError(404, f"group {group_id!r} does not exist")
-        if status:
-            raise AdminError(status, result.message or result.error.name)
+        raise AdminError(status, result.message or result.error.name)
 
     async def remove_static_member(self, group_id: str, instance_id: str) -> None:
-        _, g = self._group(group_id)
-        if g is None:
-            raise AdminError(404, f"group {group_id!r} does not exist")
-        if instance_id in g.registered:
-            result = await self.node.admin_call(
+        g = self._existing(group_id)
+        if instance_id in g.registered_static_members:
+            result: AdminResult = await self._write(
+                "UnregisterStaticMember",
                 group_id,
                 lambda core, h, now: core.unregister_static_member(h, group_id, instance_id, now),
             )
             self._raise_for(result, group_id)
             return
-        response = await self.node.leave_group(
-            LeaveGroupRequest(group_id, (LeaveMember("", instance_id, "removed by admin"),))
+        req = LeaveGroupRequest(group_id, (LeaveMember("", instance_id, "removed by admin"),))
+        response: LeaveGroupResponse = await self._write(
+            "LeaveGroup", group_id, lambda core, h, now: core.leave_group(h, req, now)
         )
         error = response.members[0].error if response.members else response.error
         if error is Error.UNKNOWN_MEMBER_ID:
@@ -325,12 +335,7 @@ class AdminService:
         for pid in [METADATA_PARTITION, *range(node.log_partitions)]:
             row = node.leases.get(pid)
             mine = node.partitions.get(pid)
-            if mine is not None:
-                # our own lease: node.leases is the table as read at the start of the last
-                # round (before this node took or renewed it); the renewal itself is exact
-                expires: int | None = mine.valid_until + node._safety_ms - t
-            else:
-                expires = (row.expires_at_ms - t) if row else None
+            expires = node.lease_expires_in_ms(pid, t)
             partitions.append(
                 {
                     "partition": pid,
@@ -385,9 +390,23 @@ class AdminService:
     async def _put_topic(self, name: str, partitions: int) -> dict[str, int]:
         try:
             await self.node.put_topics({name: partitions})
-        except NotCoordinatorError as e:
+        except CoordinatorError as e:
             owner = self.node.owner_of(-1)
             if owner is None:
                 raise AdminError(503, str(e)) from e
             raise Elsewhere(owner, self.node.admin_urls.get(owner)) from e
         return {name: self.node.topics[name]}
+
+
+def _offsets(offsets: tuple[OffsetView, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "topic": o.topic,
+            "partition": o.partition,
+            "offset": o.offset,
+            "leader_epoch": o.leader_epoch,
+            "metadata": o.metadata,
+            "commit_timestamp_ms": o.commit_timestamp_ms,
+        }
+        for o in offsets
+    ]

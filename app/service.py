@@ -1,32 +1,41 @@
-"""The facade the Kafka edge (app/kafka) and the admin API (api/) call.
+"""The contract between the edges (the Kafka listener in app/kafka, the admin API) and the
+runtime that implements it (app/runtime/node.py), as Kafka's `GroupCoordinatorService` is.
 
-It speaks only the version-free types of `app.group.messages`; `app.runtime` implements it.
+A request reaches a group's core through one generic call: `schedule_write` for anything that
+may append records or park, `schedule_read` for answers from memory. The edge passes the core
+method to run; the runtime routes by group id and raises `CoordinatorError` when the group is
+not served here now. So adding an API is one handler at the edge and one in the core.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from app.group.messages import (
-    DeleteGroupResult,
-    DescribedGroup,
-    Error,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListGroupsRequest,
-    ListGroupsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
+from app.group.messages import Error
+
+if TYPE_CHECKING:
+    from app.group.coordinator import GroupCoordinator
+    from app.group.results import Result
+
+T = TypeVar("T")
+# A write: (core, request handle, now ms) -> Result; its reply is delivered for the handle.
+GroupWrite = Callable[["GroupCoordinator", int, int], "Result"]
+# A read: (core, now ms) -> the answer. It may move timers (a heartbeat), never the log.
+GroupRead = Callable[["GroupCoordinator", int], T]
+
+
+class CoordinatorError(Exception):
+    """The request cannot be served here now; answer `error` (Kafka's ApiException).
+
+    Heartbeat's answer while its partition loads is NONE (protocol.md §10.4): an error code
+    that says "not served by the core" need not be a failure."""
+
+    def __init__(self, error: Error, message: str = "") -> None:
+        super().__init__(message or error.name)
+        self.error = error
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +71,19 @@ class CoordinatorService(Protocol):
 
     def find_coordinator(self, key: str, key_type: int) -> CoordinatorLookup: ...
 
-    async def join_group(self, req: JoinGroupRequest) -> JoinGroupResponse: ...
+    async def schedule_write(
+        self,
+        name: str,
+        group_id: str,
+        op: GroupWrite,
+        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+    ) -> Any: ...
 
-    async def sync_group(self, req: SyncGroupRequest) -> SyncGroupResponse: ...
+    def schedule_read(
+        self,
+        group_id: str,
+        op: GroupRead[T],
+        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+    ) -> T: ...
 
-    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResponse: ...
-
-    async def leave_group(self, req: LeaveGroupRequest) -> LeaveGroupResponse: ...
-
-    async def offset_commit(self, req: OffsetCommitRequest) -> OffsetCommitResponse: ...
-
-    async def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse: ...
-
-    async def describe_groups(self, group_ids: list[str]) -> list[DescribedGroup]: ...
-
-    async def list_groups(self, req: ListGroupsRequest) -> ListGroupsResponse: ...
-
-    async def delete_groups(self, group_ids: list[str]) -> list[DeleteGroupResult]: ...
+    def read_all(self, op: Callable[[GroupCoordinator], list[T]]) -> tuple[list[T], bool]: ...

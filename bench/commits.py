@@ -388,7 +388,8 @@ class _Rows:
     offsets dense per log partition; `batch()` hands out the next 100."""
 
     def __init__(self, n_groups: int) -> None:
-        from app.group.records import OffsetValue, offset_record, partition_for
+        from app.group.records import OffsetValue, offset_record
+        from app.runtime.placement import partition_for
 
         now = int(time.time() * 1000)
         self.templates: list[tuple[int, bytes, bytes]] = []

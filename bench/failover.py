@@ -66,8 +66,8 @@ from app.group.records import (  # noqa: E402
     RecordType,
     group_record,
     offset_record,
-    partition_for,
 )
+from app.runtime.placement import partition_for  # noqa: E402
 from bench.report import code_version, machine_info  # noqa: E402
 from storage.log import AppendBatch, EventLog  # noqa: E402
 from tests.support.consumer_bytes import assignment, subscription  # noqa: E402

@@ -29,8 +29,8 @@ from app.group.records import (
     Record,
     group_record,
     offset_record,
-    partition_for,
 )
+from app.runtime.placement import partition_for
 from bench import failover as fo
 from bench.report import BenchOptions, Figure, fmt_pct, fmt_rate
 from tests.support.consumer_bytes import assignment, subscription

@@ -4,7 +4,7 @@ Method. One node (SQLite) is started with a 50 ms initial rebalance delay; membe
 20-minute session timeout, so no heartbeat is needed while we measure. A warm-up worker forms
 a few groups first (every code path, the admin API and the log writer have run once); then
 the node's RSS is sampled (`before`). Worker processes then form `groups x members` static
-members (group_instance_id: a new one joins in one JoinGroup round trip, spec §2.3; a group's
+members (group_instance_id: a new one joins in one JoinGroup round trip, protocol.md §4.5; a group's
 first joins go out back to back so they land in one delay window) over 400 connections (a
 forming group borrows one per member: a parked JoinGroup holds up the replies behind it on its
 connection). Each member carries a 34-byte consumer-protocol v3 subscription; each group's
@@ -82,7 +82,7 @@ def member_bytes(group_id: str) -> dict[str, int]:
     return {
         "subscription": len(subscription()),
         "assignment": len(assignment(list(range(PARTS_PER_MEMBER)))),
-        # member id = "<instance id>-<uuid4>" (spec §1)
+        # member id = "<instance id>-<uuid4>" (protocol.md §2.2)
         "ids": len(inst) + len(inst) + 1 + 36,
     }
 
@@ -293,7 +293,7 @@ def _model(a: dict[str, Any]) -> dict[str, Any]:
                 core.join_group(handle, req, now)
                 joined[handle] = (gid, inst)
         replies = []
-        for step in (DELAY_MS, DELAY_MS):  # first window, then the extension (spec §2.7)
+        for step in (DELAY_MS, DELAY_MS):  # first window, then the extension (protocol.md §5.2)
             now += step
             replies += core.poll_timers(now).replies
         writes = []

@@ -564,14 +564,15 @@ def _figure(
     )
     notes += [
         "Our default column uses Kafka's group.initial.rebalance.delay.ms of 3000 ms: a group "
-        "formed from Empty waits one window, and since members joined during it the spec (§2.7, "
-        "as Kafka) opens a second one, so formation takes about twice 3 s whatever N. Tansu has no "
-        "such delay but every JoinGroup completes only after ~half the session timeout "
-        "(6 s -> ~3 s; 3-4 s from subscribe to assignment here, whatever N). With delay 0 our node "
-        "completes a join as soon as every known member has rejoined: early joiners form "
-        "short-lived generations that later joiners abort at SyncGroup (consumers still see one "
-        'assignment: "1 gen."); if one reached Stable first it only learns of the rebalance on '
-        'its next heartbeat (heartbeat.interval.ms 3000): the ~3 s, "2 gen." outliers.',
+        "formed from Empty waits one window, and since members joined during it the coordinator "
+        "(protocol.md §5.2, as Kafka) opens a second one, so formation takes about twice 3 s "
+        "whatever N. Tansu has no such delay but every JoinGroup completes only after ~half the "
+        "session timeout (6 s -> ~3 s; 3-4 s from subscribe to assignment here, whatever N). With "
+        "delay 0 our node completes a join as soon as every known member has rejoined: early "
+        "joiners form short-lived generations that later joiners abort at SyncGroup (consumers "
+        'still see one assignment: "1 gen."); if one reached Stable first it only learns of the '
+        'rebalance on its next heartbeat (heartbeat.interval.ms 3000): the ~3 s, "2 gen." '
+        "outliers.",
         "Tansu's cost per commit grows with the group's size (its CPU per commit at 100 members "
         "is several times that at 10; the 100 idle consumers' fetches and heartbeats alone cost "
         "it ~16% of a core, measured apart), ours falls as group commit batches grow: the "

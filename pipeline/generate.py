@@ -52,7 +52,8 @@ from app.group.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from app.group.records import Record, TopicValue, partition_for, topic_record
+from app.group.records import Record, TopicValue, topic_record
+from app.runtime.placement import partition_for
 from app.group.results import Result
 from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
 

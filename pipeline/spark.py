@@ -1,6 +1,6 @@
 """SparkSession settings and progress reporting for the audit.
 
-Local runs follow shared/spec/platform-limits.md: bind the loopback interface only (Spark binds
+Local runs follow design.md §12.3: bind the loopback interface only (Spark binds
 eth0 otherwise), no UI, a handful of shuffle partitions. `--master` points the same job at any
 cluster; the code it needs on executors (`pipeline`, `app.group`) is shipped as a zip.
 """

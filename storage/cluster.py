@@ -84,7 +84,7 @@ class Cluster:
         """Record the number of log partitions on first use; later calls must agree with it.
 
         Raises ConfigMismatch when `n` differs from the stored value (changing it would move
-        groups between partitions, spec §6)."""
+        groups between partitions, protocol.md §3.1)."""
         if n <= 0:
             raise ValueError("log partitions must be positive")
         async with self._db.write() as conn:

@@ -1,7 +1,7 @@
 """Async engine construction shared by the event log and the Alembic environment.
 
 SQLite gets: WAL (readers never block the writer), synchronous=FULL (the only setting durable
-against power loss, spec/platform-limits.md), a busy timeout, and SQLAlchemy-controlled BEGIN so
+against power loss, design.md §12.1), a busy timeout, and SQLAlchemy-controlled BEGIN so
 that write transactions can start with BEGIN IMMEDIATE: the write lock is taken before the
 fence check, making check+insert atomic across processes sharing the file.
 """

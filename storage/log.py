@@ -5,7 +5,7 @@ EventLog is the one object callers use. It appends and reads here; its lease ope
 (storage/cluster.py) are the classes it is made of, all on the connections of
 storage/database.py.
 
-Design notes (DESIGN.md §4 "one writer per log partition, fenced by epoch"):
+Design notes (design.md §6 "one writer per log partition, fenced by epoch"):
 
 * The fence is checked in the same transaction as the insert. SQLite: the transaction starts
   with BEGIN IMMEDIATE, so the whole database is write-locked before the lease rows are read.

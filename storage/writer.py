@@ -1,4 +1,4 @@
-"""Group commit in front of the event log (DESIGN.md §3: single-row commits cost ~1 ms, batches
+"""Group commit in front of the event log (design.md §5.3: single-row commits cost ~1 ms, batches
 cost microseconds per row).
 
 `submit()` only queues. One background task appends everything queued while the previous

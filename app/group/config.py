@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000  # spec §0, hard-coded in Kafka
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000  # protocol.md §1.4, hard-coded in Kafka
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Decoding of the consumer protocol's subscription and assignment bytes (spec §9).
+"""Decoding of the consumer protocol's subscription and assignment bytes (protocol.md §12).
 
 The coordinator treats these bytes as opaque except for offset expiry (subscribed topics) and
 the admin views. Newer versions only append fields, so the highest known layout is used.

@@ -1,4 +1,4 @@
-"""The pure classic-group coordinator for one log partition (spec §1-§7): a thin façade over
+"""The pure classic-group coordinator for one log partition (protocol.md §2-§10): a thin façade over
 the managers, as Kafka's GroupCoordinatorShard is over GroupMetadataManager and
 OffsetMetadataManager.
 
@@ -186,13 +186,14 @@ class GroupCoordinator:
         self._on_written[type(cont)](cont, failure, now, out)
         return out
 
-    # ==== replay and loading (spec §7) ==========================================================
+    # ==== replay and loading (protocol.md §10) ==================================================
 
     def replay(self, record: Record) -> None:
         replay(self.groups, record)
 
     def on_loaded(self, now: int) -> Result:
-        """After replay: fresh session timers, max-size enforcement, retention timer (§7)."""
+        """After replay: fresh session timers, max-size enforcement, retention timer
+        (protocol.md §10.3)."""
         out = Result()
         self._queue.schedule_all(
             (heartbeat_key(group.group_id, member.member_id), now + member.session_timeout_ms)
@@ -209,7 +210,8 @@ class GroupCoordinator:
         return out
 
     def unload(self, now: int) -> Result:
-        """The partition moves away: every parked request gets NOT_COORDINATOR (spec §7)."""
+        """The partition moves away: every parked request gets NOT_COORDINATOR
+        (protocol.md §10.5)."""
         out = Result()
         self._membership.answer_parked(Error.NOT_COORDINATOR, out)
         for group in self.groups.values():

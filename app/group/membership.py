@@ -58,7 +58,7 @@ class Membership:
         self.rebalancer = rebalancer
         self.registrations = registrations
 
-    # ==== JoinGroup (spec §2) ===================================================================
+    # ==== JoinGroup (protocol.md §4) ============================================================
 
     def join_group(self, handle: int, req: JoinGroupRequest, now: int) -> Result:
         out = Result()
@@ -117,7 +117,7 @@ class Membership:
         if req.group_instance_id is not None:
             self._join_new_static_member(handle, group, req, member_id, now, out)
         elif req.require_known_member_id:
-            # spec §2.2 (KIP-394): hand out an id, change nothing else
+            # protocol.md §4.4 (KIP-394): hand out an id, change nothing else
             group.transient.pending_members.add(member_id)
             self.queue.schedule(
                 pending_key(group.group_id, member_id), now + req.session_timeout_ms
@@ -143,7 +143,7 @@ class Membership:
                 self.registrations.member_arrived(group, instance_id, now, out)
             self._add_member_and_rebalance(handle, group, req, new_id, now, out)
             return
-        # spec §2.3: replace the known static member, fencing the old id
+        # protocol.md §4.5: replace the known static member, fencing the old id
         old = group.members[old_id]
         if old.awaiting_join is not None:
             out.reply(old.awaiting_join, join_error(Error.FENCED_INSTANCE_ID, old_id))
@@ -302,7 +302,7 @@ class Membership:
             return
         group.set_awaiting_join(member, None)
         if failure is not None:
-            # revert to the durable identity: the old id stays valid (spec §2.3)
+            # revert to the durable identity: the old id stays valid (protocol.md §4.5)
             target = durable or DurableStatic(
                 cont.old_member_id,
                 member.protocols,
@@ -330,7 +330,7 @@ class Membership:
             response = generation_response(group, cont.new_member_id, cont.leader_before)
         out.reply(cont.handle, response)
 
-    # ==== SyncGroup (spec §3) ===================================================================
+    # ==== SyncGroup (protocol.md §6) ============================================================
 
     def sync_group(self, handle: int, req: SyncGroupRequest, now: int) -> Result:
         out = Result()
@@ -366,7 +366,7 @@ class Membership:
                 out.writes.append(
                     Write([record], SyncDone(group.group_id, group.generation, assignments))
                 )
-        else:  # Stable (spec §3.3): answer at once with the stored assignment
+        else:  # Stable (protocol.md §6.3): answer at once with the stored assignment
             self.rebalancer.mark_synced(group, member.member_id)
             self.rebalancer.reschedule_session(group, member, now, member.session_timeout_ms)
             out.reply(
@@ -409,7 +409,7 @@ class Membership:
         group.transition(GroupState.STABLE, now)
         self.registrations.close_if_complete(group, out)
 
-    # ==== Heartbeat (spec §4.1) =================================================================
+    # ==== Heartbeat (protocol.md §7.1) ==========================================================
 
     def heartbeat(self, req: HeartbeatRequest, now: int) -> HeartbeatResponse:
         if not req.group_id:
@@ -434,7 +434,7 @@ class Membership:
             return HeartbeatResponse(Error.REBALANCE_IN_PROGRESS)
         return HeartbeatResponse(Error.NONE)
 
-    # ==== LeaveGroup (spec §4.3) ================================================================
+    # ==== LeaveGroup (protocol.md §7.3) =========================================================
 
     def leave_group(self, handle: int, req: LeaveGroupRequest, now: int) -> Result:
         out = Result()

@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 
 class Error(IntEnum):
-    """Kafka error codes used by the coordinator (spec §0)."""
+    """Kafka error codes used by the coordinator (protocol.md §1.3)."""
 
     NONE = 0
     UNKNOWN_SERVER_ERROR = -1
@@ -261,7 +261,19 @@ class DeleteGroupResult:
 # --- admin operations (no Kafka API: the project's own) ----------------------------------------
 
 
+class AdminOutcome(Enum):
+    """What an admin operation did, as a code the admin API maps to an HTTP status."""
+
+    DONE = "done"
+    INVALID = "invalid"  # the request itself is wrong
+    NO_SUCH_GROUP = "no_such_group"
+    GROUP_EMPTY = "group_empty"  # nothing to rebalance
+    NOT_REGISTERED = "not_registered"
+    NOT_WRITTEN = "not_written"  # the append failed: retriable
+
+
 @dataclass(frozen=True, slots=True)
 class AdminResult:
-    error: Error
+    error: Error  # the Kafka error an equivalent Kafka request would get
     message: str = ""
+    outcome: AdminOutcome = AdminOutcome.DONE

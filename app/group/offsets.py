@@ -1,5 +1,5 @@
-"""Committed offsets (spec §5): OffsetCommit, OffsetFetch, retention, and DeleteGroups, whose
-tombstones end a group's offsets with it (Kafka's OffsetMetadataManager).
+"""Committed offsets (protocol.md §8, §9.3): OffsetCommit, OffsetFetch, retention, and
+DeleteGroups, whose tombstones end a group's offsets with it (Kafka's OffsetMetadataManager).
 
 Committed offsets become visible only once durable: the completion replays the records.
 """
@@ -129,7 +129,7 @@ class Offsets:
                     pending.pop(tp, None)
         if failure is None:
             for record in cont.records:
-                replay(self.groups, record)  # spec §5.1: visible only once durable
+                replay(self.groups, record)  # protocol.md §8.2: visible only once durable
             error = Error.NONE
         else:
             error = offset_write_error(failure)
@@ -160,7 +160,7 @@ class Offsets:
                 )
         return OffsetFetchResponse(req.group_id, Error.NONE, tuple(out))
 
-    # ==== retention (spec §5.3) =================================================================
+    # ==== retention (protocol.md §8.4) ==========================================================
 
     def on_retention_timer(self, now: int, out: Result) -> None:
         self.queue.schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
@@ -186,7 +186,7 @@ class Offsets:
                 out.writes.append(Write(records, done))
 
     def _expired_offsets(self, group: Group, now: int) -> list[tuple[str, int]]:
-        """spec §5.3: the group's state decides whether offsets may expire at all and from
+        """protocol.md §8.4: the group's state decides whether offsets may expire at all and from
         which base time; an explicit expire timestamp replaces only the age test."""
         retention = self.config.offsets_retention_ms
         use_state_time = False
@@ -230,7 +230,7 @@ class Offsets:
             out.reply(handle, DeleteGroupResult(group_id, Error.NON_EMPTY_GROUP))
             return out
         # Offsets still being written are tombstoned too: their records precede these in the
-        # log, so a reload must not resurrect them (spec §6: fetch returns -1 afterwards).
+        # log, so a reload must not resurrect them (protocol.md §9.3: fetch returns -1 afterwards).
         partitions = list(group.offsets)
         partitions += [
             tp for tp in group.transient.pending_offset_commits if tp not in group.offsets

@@ -1,4 +1,4 @@
-"""The rebalance state machine (spec §2.7, §2.8): starting a rebalance, completing the join
+"""The rebalance state machine (protocol.md §5): starting a rebalance, completing the join
 phase into a new generation, removing members, and the timers that drive them. The request
 handlers (membership.py) and the registrations call into it; it calls into neither.
 """
@@ -9,6 +9,7 @@ import logging
 
 from app.group.config import CoreConfig
 from app.group.messages import (
+    AdminOutcome,
     AdminResult,
     Error,
     JoinGroupMember,
@@ -107,7 +108,7 @@ class Rebalancer:
         self.try_complete_join(group, now, out)
 
     def try_complete_join(self, group: Group, now: int, out: Result) -> None:
-        # the initial phase never completes early (spec §2.7); a registered scale-up holds it
+        # the initial phase never completes early (protocol.md §5.3); a registered scale-up holds it
         if (
             group.transient.join_phase is JoinPhase.REBALANCE
             and group.has_all_members_joined()
@@ -186,9 +187,17 @@ class Rebalancer:
         out = Result()
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
-            out.reply(handle, AdminResult(Error.GROUP_ID_NOT_FOUND, "no such group"))
+            out.reply(
+                handle,
+                AdminResult(Error.GROUP_ID_NOT_FOUND, "no such group", AdminOutcome.NO_SUCH_GROUP),
+            )
         elif group.is_(GroupState.EMPTY):
-            out.reply(handle, AdminResult(Error.NON_EMPTY_GROUP, "group has no members"))
+            out.reply(
+                handle,
+                AdminResult(
+                    Error.NON_EMPTY_GROUP, "group has no members", AdminOutcome.GROUP_EMPTY
+                ),
+            )
         elif group.is_(GroupState.PREPARING_REBALANCE):
             out.reply(handle, AdminResult(Error.NONE, "already rebalancing"))
         else:
@@ -232,7 +241,7 @@ class Rebalancer:
     def remove_member(
         self, group: Group, member: Member, out: Result, answer_join: bool = True
     ) -> None:
-        """Drop a member, answering whatever it has parked (spec §4.2, §4.3)."""
+        """Drop a member, answering whatever it has parked (protocol.md §7.4)."""
         self.queue.cancel(heartbeat_key(group.group_id, member.member_id))
         if member.awaiting_join is not None and answer_join:
             out.reply(member.awaiting_join, join_error(Error.UNKNOWN_MEMBER_ID))

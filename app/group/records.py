@@ -7,7 +7,6 @@ decodes the fields it knows for the version it finds and ignores trailing bytes 
 
 from __future__ import annotations
 
-import functools
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -249,7 +248,7 @@ class OffsetValue:
     leader_epoch: int  # -1 = none
     metadata: str
     commit_timestamp: int
-    expire_timestamp: int  # -1 = none (expires by the retention rules of spec §5.3)
+    expire_timestamp: int  # -1 = none (expires by the retention rules of protocol.md §8.4)
     source: int = OFFSET_SOURCE_MEMBER  # v1
 
 
@@ -356,22 +355,3 @@ def registration_record(group_id: str, value: RegistrationValue | None) -> Recor
 def topic_record(name: str, value: TopicValue | None) -> Record:
     body = None if value is None else encode_topic_value(value)
     return Record(RecordType.TOPIC, topic_key(name), body)
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's placement: abs(hashCode) % partitions, abs(INT_MIN) taken as 0 (spec §6).
-
-    Cached: every request routes by it, and the pure-Python UTF-16 hash was the single
-    largest cost of a Heartbeat (12% of a node's CPU under heartbeat load)."""
-    h = java_string_hash(group_id)
-    return 0 if h == -(1 << 31) else abs(h) % partitions

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from app.group.messages import AdminResult, Error
+from app.group.messages import AdminOutcome, AdminResult, Error
 from app.group.rebalance import Rebalancer
 from app.group.results import AdminDone, AppendFailure, LogOnly, Result, Write, group_write_error
 from app.group.state import Group, GroupState
@@ -33,7 +33,7 @@ class Registrations:
         group = self.groups.get(group_id)
         problem = _registration_problem(group, instance_ids, timeout_ms)
         if problem is not None:
-            out.reply(handle, AdminResult(Error.INVALID_REQUEST, problem))
+            out.reply(handle, AdminResult(Error.INVALID_REQUEST, problem, AdminOutcome.INVALID))
             return out
         if group is None:
             group = self.groups[group_id] = Group(group_id, state_timestamp=now)
@@ -58,7 +58,10 @@ class Registrations:
         group = self.groups.get(group_id)
         reg = None if group is None else group.registration
         if group is None or reg is None or instance_id not in reg.registered:
-            out.reply(handle, AdminResult(Error.UNKNOWN_MEMBER_ID, "not registered"))
+            out.reply(
+                handle,
+                AdminResult(Error.UNKNOWN_MEMBER_ID, "not registered", AdminOutcome.NOT_REGISTERED),
+            )
             return out
         del reg.registered[instance_id]
         dropped = (instance_id,)
@@ -94,7 +97,7 @@ class Registrations:
             )
         error = group_write_error(failure)
         message = f"the registration was not written ({error.name})"
-        out.reply(cont.handle, AdminResult(error, message))
+        out.reply(cont.handle, AdminResult(error, message, AdminOutcome.NOT_WRITTEN))
 
     # ==== the scale-up ==========================================================================
 

@@ -30,7 +30,8 @@ Reply = (
 
 
 class AppendFailure(Enum):
-    """Why an append failed, in storage terms; mapped to Kafka errors per spec §3.4 / §5.1."""
+    """Why an append failed, in storage terms; mapped to Kafka errors per
+    protocol.md §6.4 / §8.2."""
 
     NOT_OWNER = "not_owner"  # fenced: another node holds the partition (NOT_LEADER_OR_FOLLOWER)
     STORAGE = "storage"  # the database failed (KAFKA_STORAGE_ERROR)
@@ -98,7 +99,8 @@ class TombstonesDone:
     handle: int | None
     records: tuple[Record, ...]
     kills_group: bool
-    # restored if the write fails: the group was never deleted (Empty timestamp drives §5.3)
+    # restored if the write fails: the group was never deleted (Empty timestamp drives
+    # protocol.md §8.4)
     state_timestamp_before: int | None = None
 
 

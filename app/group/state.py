@@ -1,4 +1,4 @@
-"""Group and member state (spec §1). Plain data plus the few invariants Kafka keeps on them.
+"""Group and member state (protocol.md §2). Plain data plus the few invariants Kafka keeps on them.
 
 A group's durable state comes in three parts, one per record type, and replay builds each from
 its own records: the membership (GROUP_METADATA: the fields of `Group` itself), `offsets`
@@ -34,7 +34,7 @@ class GroupState(StrEnum):
     DEAD = "Dead"
 
 
-# spec §1: allowed predecessors of each state
+# protocol.md §2.4: allowed predecessors of each state
 VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.PREPARING_REBALANCE: frozenset(
@@ -53,7 +53,7 @@ class IllegalStateTransition(RuntimeError):
 class JoinPhase(Enum):
     """What the join timer of a PreparingRebalance group waits for."""
 
-    INITIAL = "initial"  # the delayed initial rebalance's windows (spec §2.7)
+    INITIAL = "initial"  # the delayed initial rebalance's windows (protocol.md §5.2)
     REBALANCE = "rebalance"  # the rebalance timeout; completes early once all have joined
 
 
@@ -81,7 +81,7 @@ class Member:
         return b""
 
     def matches(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
-        # spec §2.4: same names, same order, byte-equal metadata
+        # protocol.md §4.6: same names, same order, byte-equal metadata
         return self.protocols == protocols
 
     def vote(self, candidates: set[str]) -> str:
@@ -97,7 +97,7 @@ class DurableStatic:
 
     Replacements can chain (O -> N1 -> N2) before their writes complete; a failed write must
     revert to what the log holds (O, or N1 if N1's write succeeded), not to the previous
-    in-memory id (spec §2.3, DESIGN: write, then reply)."""
+    in-memory id (protocol.md §4.5, design.md §5.2)."""
 
     member_id: str
     protocols: tuple[tuple[str, bytes], ...]
@@ -177,7 +177,7 @@ class Group:
     protocol_name: str | None = None
     generation: int = 0
     leader_id: str | None = None
-    # insertion-ordered: "oldest member" is the deterministic leader fallback (spec §1)
+    # insertion-ordered: "oldest member" is the deterministic leader fallback (protocol.md §2.3)
     members: dict[str, Member] = field(default_factory=dict)
     # why and when the current/last rebalance started (GroupMetadataValue v1)
     rebalance_reason: str | None = None
@@ -372,7 +372,7 @@ class Group:
     # -- queries ----------------------------------------------------------------------------
 
     def validate_member(self, member_id: str, instance_id: str | None) -> Error:
-        """spec §2.4 validateCurrentMember, shared by Join/Sync/Heartbeat/Leave/Commit."""
+        """protocol.md §4.7 validateCurrentMember, shared by Join/Sync/Heartbeat/Leave/Commit."""
         if instance_id is not None:
             known = self.static_members.get(instance_id)
             if known is None:
@@ -404,7 +404,7 @@ class Group:
         )
 
     def select_protocol(self) -> str:
-        """spec §2.6: vote among protocols every member supports.
+        """protocol.md §5.5: vote among protocols every member supports.
 
         Ties (unspecified in Kafka) go to the candidate the oldest member prefers most, which
         is deterministic and usually the group's established choice.

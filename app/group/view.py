@@ -1,6 +1,6 @@
-"""Read-only views of a partition's groups: DescribeGroups and ListGroups (spec §6), and
-immutable snapshots for metrics and the admin API, so no reader outside the core touches
-`Group` or `Member` (whose fields the core may change under it)."""
+"""Read-only views of a partition's groups: DescribeGroups and ListGroups
+(protocol.md §9.1, §9.2), and immutable snapshots for metrics and the admin API, so no reader
+outside the core touches `Group` or `Member` (whose fields the core may change under it)."""
 
 from __future__ import annotations
 

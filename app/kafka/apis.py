@@ -1,7 +1,7 @@
 """The advertised API table, ApiVersions, and request decoding.
 
 Every (api_key, version) this node answers is listed here; ApiVersions advertises exactly this
-table, and the server refuses anything outside it (spec §8, real-clients §1a/§3).
+table, and the server refuses anything outside it (protocol.md §11.1, clients.md §1.1, §2.1).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ApiVersionEntry:
 
 # --- ApiVersions (18) ------------------------------------------------------------------------
 
-# spec §6: ClientSoftwareName/Version (v3+) must match this, else INVALID_REQUEST
+# protocol.md §11.4: ClientSoftwareName/Version (v3+) must match this, else INVALID_REQUEST
 _SOFTWARE_RE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
@@ -141,7 +141,7 @@ APIS: Final[tuple[Api, ...]] = (
         True,
         gr.offset_commit_error,
     ),
-    Api(gr.OFFSET_FETCH, "OffsetFetch", 1, 9, gr.handle_offset_fetch, True, gr.offset_fetch_error),
+    Api(gr.OFFSET_FETCH, "OffsetFetch", 1, 9, gr.handle_offset_fetch, False, gr.offset_fetch_error),
     Api(
         cl.FIND_COORDINATOR,
         "FindCoordinator",
@@ -152,7 +152,7 @@ APIS: Final[tuple[Api, ...]] = (
         cl.find_coordinator_error,
     ),
     Api(gr.JOIN_GROUP, "JoinGroup", 0, 9, gr.handle_join_group, True, gr.join_group_error),
-    Api(gr.HEARTBEAT, "Heartbeat", 0, 4, gr.handle_heartbeat, True, gr.heartbeat_error),
+    Api(gr.HEARTBEAT, "Heartbeat", 0, 4, gr.handle_heartbeat, False, gr.heartbeat_error),
     Api(gr.LEAVE_GROUP, "LeaveGroup", 0, 5, gr.handle_leave_group, True, gr.leave_group_error),
     Api(gr.SYNC_GROUP, "SyncGroup", 0, 5, gr.handle_sync_group, True, gr.sync_group_error),
     Api(
@@ -161,10 +161,10 @@ APIS: Final[tuple[Api, ...]] = (
         0,
         5,
         gr.handle_describe_groups,
-        True,
+        False,
         gr.describe_groups_error,
     ),
-    Api(gr.LIST_GROUPS, "ListGroups", 0, 5, gr.handle_list_groups, True, gr.list_groups_error),
+    Api(gr.LIST_GROUPS, "ListGroups", 0, 5, gr.handle_list_groups, False, gr.list_groups_error),
     Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, False, api_versions_error),
     Api(
         gr.DELETE_GROUPS,

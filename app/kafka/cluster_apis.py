@@ -1,7 +1,7 @@
 """Cluster and data-plane APIs of a node that coordinates groups but stores no messages.
 
 Metadata and FindCoordinator describe this node; ListOffsets, Fetch and Produce exist only
-because real clients refuse to consume without them (see spec/real-clients.md §3): partitions
+because real clients refuse to consume without them (see clients.md §2): partitions
 are always empty, fetches long-poll and return nothing, produces are refused.
 """
 

@@ -1,17 +1,19 @@
 """Group-plane APIs: every wire version <-> the internal types of `app.group.messages`.
 
 Each API has `decode_*` (kio request -> internal request), `encode_*` (internal response -> kio
-response of the request's version), a `handle_*` coroutine that calls the service, and an
-`*_error` builder used when a handler fails (spec §2.1, §3.1, §4.3, §5, §6).
+response of the request's version), a `handle_*` that hands the core method to run to the
+service (`schedule_write` / `schedule_read`), and an `*_error` builder for the reply when the
+group is not served here (`CoordinatorError`) or the handler failed (protocol.md §11.3).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from app.group.messages import (
     DeleteGroupResult,
@@ -36,6 +38,12 @@ from app.group.messages import (
 )
 from app.kafka.codec import INT32_MIN, build, group_by_topic, ms, response_class
 from app.kafka.context import RequestContext
+from app.service import CoordinatorError
+
+if TYPE_CHECKING:
+    from app.group.coordinator import GroupCoordinator
+
+T = TypeVar("T")
 
 OFFSET_COMMIT: Final = 8
 OFFSET_FETCH: Final = 9
@@ -53,6 +61,32 @@ def is_known_partition(topics: Mapping[str, int], topic: str, partition: int) ->
     return count is not None and 0 <= partition < count
 
 
+def _require_group_id(group_id: str) -> None:
+    if not group_id:
+        raise CoordinatorError(Error.INVALID_GROUP_ID)
+
+
+def _read_or(
+    ctx: RequestContext,
+    group_id: str,
+    op: Callable[[GroupCoordinator, int], T],
+    on_error: Callable[[Error], T],
+) -> T:
+    """A read of one group of a multi-group request: a group not served here gets its error."""
+    try:
+        return ctx.service.schedule_read(group_id, op)
+    except CoordinatorError as e:
+        return on_error(e.error)
+
+
+def _fetch_offsets(req: OffsetFetchRequest, core: GroupCoordinator, now: int) -> Any:
+    return core.offset_fetch(req)
+
+
+def _describe_group(group_id: str, core: GroupCoordinator, now: int) -> Any:
+    return core.describe_group(group_id)
+
+
 # --- JoinGroup (11) --------------------------------------------------------------------------
 
 
@@ -65,7 +99,7 @@ def decode_join_group(req: Any, client_id: str = "", client_host: str = "") -> J
         member_id=req.member_id,
         group_instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
-        # spec §1: v0 has no rebalance timeout, the session timeout stands in for it
+        # protocol.md §2.5: v0 has no rebalance timeout, the session timeout stands in for it
         rebalance_timeout_ms=ms(req.rebalance_timeout) if version >= 1 else session_timeout_ms,
         protocol_type=req.protocol_type,
         protocols=tuple((p.name, p.metadata) for p in req.protocols),
@@ -102,12 +136,17 @@ def encode_join_group(resp: JoinGroupResponse, version: int) -> Any:
 
 
 async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
-    resp = await ctx.service.join_group(decode_join_group(req, ctx.client_id, ctx.client_host))
+    internal = decode_join_group(req, ctx.client_id, ctx.client_host)
+    _require_group_id(internal.group_id)
+    resp = await ctx.service.schedule_write(
+        "JoinGroup", internal.group_id, lambda core, h, now: core.join_group(h, internal, now)
+    )
     return encode_join_group(resp, ctx.api_version)
 
 
 def join_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
-    return encode_join_group(JoinGroupResponse(error=error), ctx.api_version)
+    # as Kafka: an error reply carries the member id the request named
+    return encode_join_group(JoinGroupResponse(error, member_id=req.member_id), ctx.api_version)
 
 
 # --- SyncGroup (14) --------------------------------------------------------------------------
@@ -139,11 +178,19 @@ def encode_sync_group(resp: SyncGroupResponse, version: int) -> Any:
 async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_sync_group(req)
     if ctx.api_version >= 5 and (internal.protocol_type is None or internal.protocol_name is None):
-        # spec §3.1 (KafkaApis): v5+ must carry both; answered before the coordinator
+        # protocol.md §6.1 (KafkaApis): v5+ must carry both; answered before the coordinator
         return encode_sync_group(
             SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL), ctx.api_version
         )
-    return encode_sync_group(await ctx.service.sync_group(internal), ctx.api_version)
+    _require_group_id(internal.group_id)
+    resp = await ctx.service.schedule_write(
+        "SyncGroup",
+        internal.group_id,
+        lambda core, h, now: core.sync_group(h, internal, now),
+        # protocol.md §10.4: a loading coordinator answers REBALANCE_IN_PROGRESS to SyncGroup
+        Error.REBALANCE_IN_PROGRESS,
+    )
+    return encode_sync_group(resp, ctx.api_version)
 
 
 def sync_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
@@ -174,8 +221,14 @@ def decode_heartbeat(req: Any) -> HeartbeatRequest:
     )
 
 
-async def handle_heartbeat(ctx: RequestContext, req: Any) -> bytes:
-    resp = await ctx.service.heartbeat(decode_heartbeat(req))
+def handle_heartbeat(ctx: RequestContext, req: Any) -> bytes:
+    internal = decode_heartbeat(req)
+    _require_group_id(internal.group_id)
+    resp = ctx.service.schedule_read(
+        internal.group_id,
+        lambda core, now: core.heartbeat(internal, now),
+        Error.NONE,  # protocol.md §10.4: a heartbeat while loading is answered NONE
+    )
     return encode_heartbeat_body(resp.error, ctx.api_version)
 
 
@@ -189,7 +242,7 @@ def heartbeat_error(ctx: RequestContext, req: Any, error: Error) -> bytes:
 def decode_leave_group(req: Any) -> LeaveGroupRequest:
     version = int(req.__version__)
     if version < 3:
-        # spec §4.3: v0-2 name one member; normalized to a one-element batch
+        # protocol.md §7.3: v0-2 name one member; normalized to a one-element batch
         return LeaveGroupRequest(group_id=req.group_id, members=(LeaveMember(req.member_id),))
     return LeaveGroupRequest(
         group_id=req.group_id,
@@ -207,7 +260,7 @@ def decode_leave_group(req: Any) -> LeaveGroupRequest:
 def encode_leave_group(resp: LeaveGroupResponse, version: int) -> Any:
     cls = response_class(LEAVE_GROUP, version)
     if version < 3:
-        # spec §4.3: v0-2 have no per-member errors; surface the first member failure
+        # protocol.md §7.3: v0-2 have no per-member errors; surface the first member failure
         error = resp.error
         if error == Error.NONE:
             error = next((m.error for m in resp.members if m.error != Error.NONE), Error.NONE)
@@ -227,7 +280,11 @@ def encode_leave_group(resp: LeaveGroupResponse, version: int) -> Any:
 
 
 async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
-    resp = await ctx.service.leave_group(decode_leave_group(req))
+    internal = decode_leave_group(req)
+    _require_group_id(internal.group_id)
+    resp = await ctx.service.schedule_write(
+        "LeaveGroup", internal.group_id, lambda core, h, now: core.leave_group(h, internal, now)
+    )
     return encode_leave_group(resp, ctx.api_version)
 
 
@@ -248,7 +305,7 @@ def decode_offset_commit(
     for topic in req.topics:
         for p in topic.partitions:
             if not is_known_partition(topics, topic.name, p.partition_index):
-                # spec §5.1 (KafkaApis): unknown topic/partition answered per partition
+                # protocol.md §8.2 (KafkaApis): unknown topic/partition answered per partition
                 refused.append(
                     PartitionResult(topic.name, p.partition_index, Error.UNKNOWN_TOPIC_OR_PARTITION)
                 )
@@ -308,8 +365,17 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     internal, refused = decode_offset_commit(req, ctx.service.cluster().topics)
     results = {(r.topic, r.partition): r.error for r in refused}
     if internal.partitions:
-        resp = await ctx.service.offset_commit(internal)
-        results.update({(r.topic, r.partition): r.error for r in resp.partitions})
+        try:
+            resp = await ctx.service.schedule_write(
+                "OffsetCommit",
+                internal.group_id,
+                lambda core, h, now: core.offset_commit(h, internal, now),
+            )
+        except CoordinatorError as e:
+            # partitions refused at the edge keep their own error; the rest get the group's
+            results.update({(p.topic, p.partition): e.error for p in internal.partitions})
+        else:
+            results.update({(r.topic, r.partition): r.error for r in resp.partitions})
     return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
 
 
@@ -417,10 +483,18 @@ def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) 
     return build(cls, topics=_fetch_topics(resp, version), error_code=resp.error)
 
 
-async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
+def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
     topics = ctx.service.cluster().topics
     queries = decode_offset_fetch(req, topics)
-    answers = await asyncio.gather(*(ctx.service.offset_fetch(q.request) for q in queries))
+    answers = [
+        _read_or(
+            ctx,
+            q.request.group_id,
+            functools.partial(_fetch_offsets, q.request),
+            functools.partial(OffsetFetchResponse, q.request.group_id),
+        )
+        for q in queries
+    ]
     merged = [merge_offset_fetch(q, a, topics) for q, a in zip(queries, answers, strict=True)]
     return encode_offset_fetch(merged, ctx.api_version)
 
@@ -467,8 +541,16 @@ def encode_describe_groups(groups: Sequence[DescribedGroup], version: int) -> An
     )
 
 
-async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
-    groups = await ctx.service.describe_groups(list(req.groups))
+def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
+    groups = [
+        _read_or(
+            ctx,
+            group_id,
+            functools.partial(_describe_group, group_id),
+            functools.partial(DescribedGroup, group_id),
+        )
+        for group_id in req.groups
+    ]
     return encode_describe_groups(groups, ctx.api_version)
 
 
@@ -503,8 +585,13 @@ def encode_list_groups(resp: ListGroupsResponse, version: int) -> Any:
     )
 
 
-async def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
-    resp = await ctx.service.list_groups(decode_list_groups(req))
+def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
+    internal = decode_list_groups(req)
+    groups, loading = ctx.service.read_all(
+        lambda core: core.list_groups(internal.states_filter, internal.types_filter)
+    )
+    error = Error.COORDINATOR_LOAD_IN_PROGRESS if loading else Error.NONE
+    resp = ListGroupsResponse(error, tuple(groups))
     return encode_list_groups(resp, ctx.api_version)
 
 
@@ -523,7 +610,16 @@ def encode_delete_groups(results: Sequence[DeleteGroupResult], version: int) -> 
 
 
 async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
-    results = await ctx.service.delete_groups(list(req.groups_names))
+    async def delete(group_id: str) -> DeleteGroupResult:
+        try:
+            result: DeleteGroupResult = await ctx.service.schedule_write(
+                "DeleteGroups", group_id, lambda core, h, now: core.delete_group(h, group_id, now)
+            )
+        except CoordinatorError as e:
+            return DeleteGroupResult(group_id, e.error)
+        return result
+
+    results = await asyncio.gather(*(delete(g) for g in req.groups_names))
     return encode_delete_groups(results, ctx.api_version)
 
 

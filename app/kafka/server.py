@@ -26,7 +26,7 @@ from app.kafka.apis import (
     version_table,
 )
 from app.kafka.context import NO_RESPONSE, HandlerResult, RequestContext
-from app.service import CoordinatorService
+from app.service import CoordinatorError, CoordinatorService
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +181,8 @@ class KafkaConnection(asyncio.Protocol):
                 else:
                     self._park(coro, step, entry, ctx, body, correlation_id)
                     return
-        except Exception:
-            log.exception("%s v%d from %s failed", api.name, version, self._peer)
-            result = self._error_result(entry, ctx, body)
+        except Exception as exc:
+            result = self._error_result(entry, ctx, body, exc)
         self._emit_result(entry, ctx, body, correlation_id, result)
 
     def _park(
@@ -215,12 +214,9 @@ class KafkaConnection(asyncio.Protocol):
         task: asyncio.Task[HandlerResult],
     ) -> None:
         if task.cancelled():
-            result: HandlerResult = self._error_result(entry, ctx, body)
+            result: HandlerResult = self._error_result(entry, ctx, body, None)
         elif (exc := task.exception()) is not None:
-            log.error(
-                "%s v%d from %s failed", entry.api.name, entry.version, self._peer, exc_info=exc
-            )
-            result = self._error_result(entry, ctx, body)
+            result = self._error_result(entry, ctx, body, exc)
         else:
             result = task.result()
         if self._closing:
@@ -231,12 +227,32 @@ class KafkaConnection(asyncio.Protocol):
         slot.data = data
         self._flush()
 
-    def _error_result(self, entry: ApiVersionEntry, ctx: RequestContext, body: Any) -> Any:
-        """UNKNOWN_SERVER_ERROR in the API's own shape, or None when it has none."""
+    def _error_result(
+        self,
+        entry: ApiVersionEntry,
+        ctx: RequestContext,
+        body: Any,
+        exc: BaseException | None,
+    ) -> Any:
+        """The reply for a handler that raised, in the API's own shape (None when it has
+        none): the one place exceptions become Kafka errors. `CoordinatorError` carries the
+        error to answer (a group not served here); anything else is UNKNOWN_SERVER_ERROR."""
+        if isinstance(exc, CoordinatorError):
+            error = exc.error
+        else:
+            error = Error.UNKNOWN_SERVER_ERROR
+            if exc is not None:
+                log.error(
+                    "%s v%d from %s failed",
+                    entry.api.name,
+                    entry.version,
+                    self._peer,
+                    exc_info=exc,
+                )
         if entry.api.on_error is None:
             return None
         try:
-            return entry.api.on_error(ctx, body, Error.UNKNOWN_SERVER_ERROR)
+            return entry.api.on_error(ctx, body, error)
         except Exception:
             log.exception(
                 "building the error reply for %s v%d failed", entry.api.name, entry.version
@@ -263,7 +279,7 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception(
                     "encoding %s v%d reply for %s failed", entry.api.name, entry.version, self._peer
                 )
-                result = self._error_result(entry, ctx, body)
+                result = self._error_result(entry, ctx, body, None)
                 if result is not None:
                     try:
                         return entry.frame(correlation_id, result)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from app.runtime.node import CoordinatorNode
+from app.group.view import GroupSummary
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600)
 
@@ -60,14 +59,27 @@ class NodeMetrics:
         self.append_records.observe(records)
         self.append_seconds.observe(seconds)
 
-    def attach(self, node: CoordinatorNode) -> None:
+    def attach(self, node: NodeStatus) -> None:
         self.registry.register(_StateCollector(node))
+
+
+class NodeStatus(Protocol):
+    """What the gauges read from a node at scrape time (read-only snapshots)."""
+
+    @property
+    def lease_changes(self) -> int: ...
+
+    def group_summaries(self) -> list[tuple[int, GroupSummary]]: ...
+
+    def rebalance_counts(self) -> dict[str, int]: ...
+
+    def partition_states(self) -> dict[str, int]: ...
 
 
 class _StateCollector(Collector):
     """Gauges read from the node's state at scrape time."""
 
-    def __init__(self, node: CoordinatorNode) -> None:
+    def __init__(self, node: NodeStatus) -> None:
         self.node = node
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
@@ -76,12 +88,9 @@ class _StateCollector(Collector):
         members = GaugeMetricFamily("coordinator_members", "members of all groups")
         by_state: dict[str, int] = {}
         n_members = 0
-        for p in node.partitions.values():
-            if p.core is None:
-                continue
-            for g in p.core.groups.values():
-                by_state[g.state.value] = by_state.get(g.state.value, 0) + 1
-                n_members += len(g.members)
+        for _, g in node.group_summaries():
+            by_state[g.state.value] = by_state.get(g.state.value, 0) + 1
+            n_members += g.members
         for state, n in sorted(by_state.items()):
             groups.add_metric([state], n)
         members.add_metric([], n_members)
@@ -96,10 +105,7 @@ class _StateCollector(Collector):
         owned = GaugeMetricFamily(
             "coordinator_partitions", "log partitions owned by this node", labels=["state"]
         )
-        states: dict[str, int] = {}
-        for p in node.partitions.values():
-            states[p.state.value] = states.get(p.state.value, 0) + 1
-        for state, n in sorted(states.items()):
+        for state, n in sorted(node.partition_states().items()):
             owned.add_metric([state], n)
         yield owned
         leases = CounterMetricFamily("coordinator_lease_changes", "partitions taken or given up")

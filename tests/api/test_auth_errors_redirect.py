@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from app.group.records import partition_for
+from app.runtime.placement import partition_for
 from tests.api.helpers import Api, ClusterNode, eventually, run_cli, two_nodes
 from tests.api.test_groups import detail
 

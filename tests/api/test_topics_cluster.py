@@ -6,8 +6,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.group.records import partition_for
-from app.runtime.node import PartitionState
+from app.runtime.placement import partition_for
+from app.runtime.runtime import PartitionState
 from tests.api.helpers import Api, close_all, form_group, served_node
 from tests.api.test_groups import detail
 from tests.support.kafka_client import KafkaTestClient

@@ -27,7 +27,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.serial import entity_reader
 
-from app.group.records import partition_for
+from app.runtime.placement import partition_for
 from tests.chaos import checks
 from tests.chaos.workload import Workload, fetch_committed, probe_service
 from tests.support.consumers import ConsumerProcess, Hub

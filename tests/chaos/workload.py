@@ -6,7 +6,7 @@ joins (MEMBER_ID_REQUIRED first), the leader assigns the topic's partitions by r
 consumer protocol's wire format, and then it commits, with its generation and member id, a
 fresh offset from one global increasing counter for its partitions, heartbeats, and now and
 then rejoins (churn). Coordinator errors and dead connections lead it to rediscover the
-coordinator, like a real client (spec/real-clients.md §1c).
+coordinator, like a real client (clients.md §1.3).
 
 Observations: every acknowledged commit (group, topic, partition, offset), every successful
 SyncGroup (group, generation, member, partitions), error counts. The fault injector can arm a

@@ -257,7 +257,7 @@ async def test_sync_group_v5_without_protocol_is_refused_at_the_edge(
     client: KafkaTestClient, ptype: str | None, pname: str | None
 ) -> None:
     member, gen = await stable_group(client, "g1")
-    # spec §3.1 (KafkaApis): the coordinator itself would answer a Stable member at once
+    # protocol.md §6.1 (KafkaApis): the coordinator itself would answer a Stable member at once
     kp_req = _kp_sync(ptype, pname, generation_id=gen, member_id=member, group_instance_id=None)
     resp = await kp_call(client, kp_req, 5, KpSyncGroupResponse)
     assert resp.error_code == Error.INCONSISTENT_GROUP_PROTOCOL
@@ -347,7 +347,7 @@ def test_leave_group_reply_error_placement(version: int) -> None:
     )
     resp = kp_decode(KpLeaveGroupResponse, 13, version, g.encode_leave_group(internal, version))
     if version < 3:
-        # spec §4.3: first non-NONE member error surfaces at the top
+        # protocol.md §7.3: first non-NONE member error surfaces at the top
         assert resp.error_code == Error.UNKNOWN_MEMBER_ID
     else:
         assert resp.error_code == Error.NONE
@@ -417,7 +417,7 @@ def test_offset_commit_decode(version: int) -> None:
     ]
     assert [p.metadata for p in req.partitions] == ["md0", None, "md0"]
     assert {p.leader_epoch for p in req.partitions} == {3 if version >= 6 else -1}
-    # spec §5.1: unknown topic or partition answered at the edge
+    # protocol.md §8.2: unknown topic or partition answered at the edge
     assert refused == (
         PartitionResult("nope", 0, Error.UNKNOWN_TOPIC_OR_PARTITION),
         PartitionResult("t2", 5, Error.UNKNOWN_TOPIC_OR_PARTITION),
@@ -556,7 +556,7 @@ def test_offset_fetch_group_error_placement(version: int) -> None:
         for p in t.partitions
     ]
     if version < 2:
-        # spec §5.2: v0-1 have no top-level error: every requested partition carries it
+        # protocol.md §8.3: v0-1 have no top-level error: every requested partition carries it
         assert per_partition == [(0, -1, 16), (1, -1, 16)]
     elif version < 8:
         # top level as in Kafka, and repeated per partition for aiokafka, which reads only those

@@ -1,5 +1,5 @@
 """Every advertised API against the real node, at its lowest and highest advertised version (and
-the versions real clients use), asserting coordinator behaviour (spec §2-§6, §8)."""
+the versions real clients use), asserting coordinator behaviour (protocol.md §3-§9, §11)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ HIGHEST = Versions.edge("highest", "max_version")
 VERSION_SETS = [
     LOWEST,
     HIGHEST,
-    # what real clients send (spec/real-clients.md §1a, capped by what we advertise)
+    # what real clients send (clients.md §1.1, capped by what we advertise)
     Versions("kafka-python", 6, 7, 5, 4, 8, 8, 5, 5, 5, 2),
     Versions("aiokafka", 1, 5, 3, 1, 3, 3, 3, 1, 1, 1),
     Versions("librdkafka", 2, 5, 3, 3, 9, 9, 5, 5, 1, 1),
@@ -103,7 +103,7 @@ async def test_group_life_cycle(node: RunningNode, client: KafkaTestClient, v: V
         node.port,
     )
 
-    # JoinGroup: v4+ dynamic members first get an id (KIP-394, spec §2.2)
+    # JoinGroup: v4+ dynamic members first get an id (KIP-394, protocol.md §4.4)
     first = await client.join_group(group, protocols=PROTOCOLS, version=v.join)
     if v.join >= 4:
         assert first.error_code == Error.MEMBER_ID_REQUIRED
@@ -116,7 +116,7 @@ async def test_group_life_cycle(node: RunningNode, client: KafkaTestClient, v: V
         joined = first
     member, gen = joined.member_id, joined.generation_id
     assert joined.error_code == Error.NONE
-    assert member.startswith("proto-test-")  # spec §1: <clientId>-<uuid>
+    assert member.startswith("proto-test-")  # protocol.md §2.2: <clientId>-<uuid>
     assert (gen, joined.leader, joined.protocol_name) == (1, member, "range")
     assert [(m.member_id, m.metadata) for m in joined.members] == [(member, SUBSCRIPTION)]
     if v.join >= 7:
@@ -136,11 +136,11 @@ async def test_group_life_cycle(node: RunningNode, client: KafkaTestClient, v: V
         (member, b"", b"")
     ]
     hb = await client.heartbeat(group, gen, member, version=v.heartbeat)
-    assert hb.error_code == Error.NONE  # spec §4.1
+    assert hb.error_code == Error.NONE  # protocol.md §7.1
     early = await client.offset_commit(
         group, {("t1", 0): 1}, generation_id=gen, member_id=member, version=v.commit
     )
-    assert commit_errors(early) == [("t1", 0, Error.REBALANCE_IN_PROGRESS)]  # spec §5.1
+    assert commit_errors(early) == [("t1", 0, Error.REBALANCE_IN_PROGRESS)]  # protocol.md §8.1
 
     # SyncGroup: the leader's assignment comes back
     synced = await client.sync_group(
@@ -197,7 +197,7 @@ async def test_group_life_cycle(node: RunningNode, client: KafkaTestClient, v: V
         every = await client.offset_fetch(group, None, version=v.fetch)
         assert fetched(every, v.fetch) == [("t1", 0, 7, 0), ("t6", 5, 11, 0)]
 
-    # DescribeGroups: Stable shows protocol, metadata and assignment (spec §6)
+    # DescribeGroups: Stable shows protocol, metadata and assignment (protocol.md §9.1)
     d = await describe(client, group, v.describe)
     assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (
         Error.NONE,
@@ -259,7 +259,7 @@ async def test_group_life_cycle(node: RunningNode, client: KafkaTestClient, v: V
 async def test_two_members_rebalance(node: RunningNode, v: Versions) -> None:
     a, b = await node.client("a"), await node.client("b")
     try:
-        # both join within the initial delay window: one generation for both (spec §2.7)
+        # both join within the initial delay window: one generation for both (protocol.md §5.2)
         joined_a, joined_b = await asyncio.gather(
             join(a, "duo", version=v.join), join(b, "duo", version=v.join)
         )
@@ -270,10 +270,12 @@ async def test_two_members_rebalance(node: RunningNode, v: Versions) -> None:
         )
         assert follower.leader == leader.member_id
         assert {m.member_id for m in leader.members} == {leader.member_id, follower.member_id}
-        assert list(follower.members) == []  # spec §2.8: the member list goes to the leader only
+        # protocol.md §5.4: the member list goes to the leader only
+        assert list(follower.members) == []
         lc, fc = (a, b) if leader is joined_a else (b, a)
 
-        # the follower's SyncGroup waits for the leader's assignment to be written (spec §3.2)
+        # the follower's SyncGroup waits for the leader's assignment to be written
+        # (protocol.md §6.2)
         follower_sync = asyncio.ensure_future(
             fc.sync_group("duo", 1, follower.member_id, version=v.sync)
         )
@@ -307,7 +309,7 @@ async def test_two_members_rebalance(node: RunningNode, v: Versions) -> None:
 
 @pytest.mark.parametrize("v", [LOWEST, HIGHEST], ids=lambda v: v.name)
 async def test_empty_group_id(client: KafkaTestClient, v: Versions) -> None:
-    # spec §2.1, §3.1, §4.1, §4.3: INVALID_GROUP_ID; spec §5.1: "" may commit offsets
+    # protocol.md §4.1, §6.1, §7.1, §7.3: INVALID_GROUP_ID; protocol.md §8.1: "" may commit offsets
     assert (await client.join_group("", version=v.join)).error_code == Error.INVALID_GROUP_ID
     sync = await client.sync_group("", 1, "m", version=v.sync)
     assert sync.error_code == Error.INVALID_GROUP_ID
@@ -332,7 +334,7 @@ async def test_member_id_required_from_v4_only(client: KafkaTestClient, version:
         assert resp.error_code == Error.NONE
         assert (resp.generation_id, resp.leader) == (1, resp.member_id)
         return
-    # spec §2.2: an id is handed out and nothing else changes
+    # protocol.md §4.4: an id is handed out and nothing else changes
     assert resp.error_code == Error.MEMBER_ID_REQUIRED
     assert resp.member_id.startswith("proto-test-")
     assert (resp.generation_id, resp.leader, list(resp.members)) == (-1, "", [])
@@ -354,8 +356,8 @@ async def test_static_member_joins_without_member_id_required(
     resp = await client.join_group(
         "static", protocols=PROTOCOLS, group_instance_id="inst-1", version=version
     )
-    assert resp.error_code == Error.NONE  # spec §2.3: never MEMBER_ID_REQUIRED
-    assert resp.member_id.startswith("inst-1-")  # spec §1: <groupInstanceId>-<uuid>
+    assert resp.error_code == Error.NONE  # protocol.md §4.5: never MEMBER_ID_REQUIRED
+    assert resp.member_id.startswith("inst-1-")  # protocol.md §2.2: <groupInstanceId>-<uuid>
     assert [(m.member_id, m.group_instance_id) for m in resp.members] == [
         (resp.member_id, "inst-1")
     ]
@@ -366,7 +368,7 @@ async def test_join_group_session_timeout_out_of_range(
     client: KafkaTestClient, version: int
 ) -> None:
     resp = await client.join_group("sto", session_timeout_ms=1000, version=version)
-    assert resp.error_code == Error.INVALID_SESSION_TIMEOUT  # spec §2.1: min 6000
+    assert resp.error_code == Error.INVALID_SESSION_TIMEOUT  # protocol.md §4.1: min 6000
     assert (await describe(client, "sto")).group_state == "Dead"  # no group created
 
 
@@ -374,7 +376,7 @@ async def test_join_group_session_timeout_out_of_range(
 async def test_join_group_inconsistent_protocol(client: KafkaTestClient, version: int) -> None:
     await stable_group(client, "proto")
     other = await join(client, "proto", version=version, protocols=[("sticky", b"")])
-    assert other.error_code == Error.INCONSISTENT_GROUP_PROTOCOL  # spec §2.2
+    assert other.error_code == Error.INCONSISTENT_GROUP_PROTOCOL  # protocol.md §4.3
 
 
 # --- SyncGroup -------------------------------------------------------------------------------
@@ -389,7 +391,7 @@ async def test_sync_group_errors(client: KafkaTestClient, version: int) -> None:
     assert stale.error_code == Error.ILLEGAL_GENERATION
     no_group = await client.sync_group("no-such-group", 1, member, version=version)
     assert no_group.error_code == Error.UNKNOWN_MEMBER_ID
-    # Stable: answered at once with the stored assignment (spec §3.3)
+    # Stable: answered at once with the stored assignment (protocol.md §6.3)
     again = await client.sync_group("sy", gen, member, version=version)
     assert (again.error_code, again.assignment) == (Error.NONE, ASSIGNMENT)
 
@@ -397,7 +399,7 @@ async def test_sync_group_errors(client: KafkaTestClient, version: int) -> None:
 async def test_sync_group_v5_with_another_protocol_name(client: KafkaTestClient) -> None:
     member, gen = await stable_group(client, "sy5")
     resp = await client.sync_group("sy5", gen, member, protocol_name="roundrobin", version=5)
-    assert resp.error_code == Error.INCONSISTENT_GROUP_PROTOCOL  # spec §3.1
+    assert resp.error_code == Error.INCONSISTENT_GROUP_PROTOCOL  # protocol.md §6.1
 
 
 # --- Heartbeat, LeaveGroup -------------------------------------------------------------------
@@ -413,7 +415,7 @@ async def test_heartbeat_sees_a_rebalance(
         parked = asyncio.ensure_future(join(newcomer, "hb", version=3))
         await wait_for_state(client, "hb", "PreparingRebalance")
         hb = await client.heartbeat("hb", gen, member, version=version)
-        assert hb.error_code == Error.REBALANCE_IN_PROGRESS  # spec §4.1
+        assert hb.error_code == Error.REBALANCE_IN_PROGRESS  # protocol.md §7.1
         rejoin = await client.join_group("hb", member, protocols=PROTOCOLS, version=9)
         assert rejoin.generation_id == gen + 1
         assert (await parked).generation_id == gen + 1
@@ -427,7 +429,7 @@ async def test_heartbeat_sees_a_rebalance(
 async def test_leave_group_v0_2_unknown_member(client: KafkaTestClient, version: int) -> None:
     await stable_group(client, "lv")
     resp = await client.leave_group("lv", "nobody", version=version)
-    assert resp.error_code == Error.UNKNOWN_MEMBER_ID  # spec §4.3: first member error on top
+    assert resp.error_code == Error.UNKNOWN_MEMBER_ID  # protocol.md §7.3: first member error on top
 
 
 @pytest.mark.parametrize("version", [3, 5])
@@ -463,7 +465,7 @@ async def test_leave_group_unknown_group(client: KafkaTestClient) -> None:
     [
         (2, Error.ILLEGAL_GENERATION),
         (8, Error.ILLEGAL_GENERATION),
-        (9, Error.GROUP_ID_NOT_FOUND),  # spec §5.1: Java, v9+
+        (9, Error.GROUP_ID_NOT_FOUND),  # protocol.md §8.1: Java, v9+
     ],
 )
 async def test_offset_commit_unknown_group_with_generation(
@@ -492,7 +494,7 @@ async def test_offset_commit_without_generation_makes_a_simple_group(
 async def test_offset_commit_v2_4_retention_time_expires_the_offset(
     client: KafkaTestClient,
 ) -> None:
-    # spec §5.1/§5.3: RetentionTimeMs (v2-v4 only) sets an explicit expire timestamp
+    # protocol.md §8.2/§8.4: RetentionTimeMs (v2-v4 only) sets an explicit expire timestamp
     for version in (2, 4, 5):
         resp = await client.offset_commit(
             f"ret-v{version}", {("t1", 0): 8}, retention_time_ms=1, version=version
@@ -597,7 +599,8 @@ async def test_offset_fetch_require_stable_sees_a_commit_in_flight(
         stable = await client.offset_fetch("rs", [("t1", 0)], require_stable=True, version=version)
         assert fetched(stable, version) == [("t1", 0, -1, Error.UNSTABLE_OFFSET_COMMIT)]
         plain = await client.offset_fetch("rs", [("t1", 0)], version=version)
-        assert fetched(plain, version) == [("t1", 0, 1, Error.NONE)]  # spec §5.1: not yet durable
+        # protocol.md §8.2: not yet durable
+        assert fetched(plain, version) == [("t1", 0, 1, Error.NONE)]
         await asyncio.to_thread(db.execute, "ROLLBACK")
         assert commit_errors(await asyncio.wait_for(pending, 10)) == [("t1", 0, Error.NONE)]
     finally:
@@ -671,7 +674,7 @@ async def test_list_groups_before_v4_lists_all(client: KafkaTestClient, version:
     ("states", "expected"),
     [
         ([], {"ls-stable", "ls-empty", "ls-completing"}),
-        (["stable"], {"ls-stable"}),  # case-insensitive (spec §6)
+        (["stable"], {"ls-stable"}),  # case-insensitive (protocol.md §9.2)
         (["Empty", "COMPLETINGREBALANCE"], {"ls-empty", "ls-completing"}),
         (["Dead"], set()),
     ],

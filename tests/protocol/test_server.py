@@ -11,6 +11,7 @@ import time
 import pytest
 from kio.index import load_response_schema
 
+from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.kafka.codec import request_class
 from tests.protocol.data_plane import fetch_request, produce_request
@@ -84,7 +85,7 @@ async def test_replies_wait_behind_a_parked_join_on_the_same_connection(
     finally:
         await leader.close()
     assert (joined.error_code, joined.generation_id) == (Error.NONE, gen + 1)
-    # the heartbeats were handled when they arrived, during the rebalance (spec §4.1)
+    # the heartbeats were handled when they arrived, during the rebalance (protocol.md §7.1)
     assert (hb.error_code, av.error_code, hb0.error_code) == (
         Error.REBALANCE_IN_PROGRESS,
         Error.NONE,
@@ -101,7 +102,7 @@ async def test_many_pipelined_requests(client: KafkaTestClient) -> None:
     futures += [client.send(client.heartbeat_request("many", gen, member)) for _ in range(10)]
     replies = await asyncio.wait_for(asyncio.gather(*futures), 30)
     assert all(r.error_code == Error.NONE for r in replies[:3000])
-    # a leader's rejoin rebalances (spec §2.4) and, alone in the group, completes at once
+    # a leader's rejoin rebalances (protocol.md §4.6) and, alone in the group, completes at once
     assert (replies[3000].error_code, replies[3000].generation_id) == (Error.NONE, gen + 1)
     assert {r.error_code for r in replies[3001:]} == {Error.ILLEGAL_GENERATION}
     assert client.received == sorted(client.received)
@@ -210,10 +211,10 @@ async def test_handler_exception_becomes_unknown_server_error(
 ) -> None:
     member, gen = await stable_group(client, "boom")
 
-    async def broken(*args: object) -> None:
+    def broken(*args: object) -> None:
         raise RuntimeError(f"injected failure in {method}")
 
-    monkeypatch.setattr(node.node, method, broken)
+    monkeypatch.setattr(GroupCoordinator, method, broken)  # a bug in the core's handler
     with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
         if method == "heartbeat":
             error = (await client.heartbeat("boom", gen, member)).error_code

@@ -8,9 +8,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from app.config import Settings
-from app.group.records import partition_for
-from app.runtime.node import METADATA_PARTITION, CoordinatorNode
-from app.runtime.placement import plan
+from app.runtime.node import CoordinatorNode
+from app.runtime.placement import partition_for, plan
+from app.runtime.runtime import METADATA_PARTITION
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter

@@ -1,4 +1,4 @@
-"""Loading rules (spec §7) and epoch fencing as clients see them on a real node."""
+"""Loading rules (protocol.md §10) and epoch fencing as clients see them on a real node."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from app.group.records import partition_for
+from app.runtime.placement import partition_for
 from storage.log import EventLog
 from tests.runtime.node_fixture import running_node
 

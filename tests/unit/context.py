@@ -59,7 +59,7 @@ PROTOCOL_TYPE = "consumer"
 
 
 def subscription(*topics: str, user_data: bytes | None = None) -> bytes:
-    """A ConsumerProtocolSubscription v0 (spec §9): version, topics[], user data."""
+    """A ConsumerProtocolSubscription v0 (protocol.md §12): version, topics[], user data."""
     out = [struct.pack(">hi", 0, len(topics))]
     for t in topics:
         raw = t.encode()

@@ -1,4 +1,4 @@
-"""DescribeGroups / ListGroups / DeleteGroups (spec §6)."""
+"""DescribeGroups / ListGroups / DeleteGroups (protocol.md §9)."""
 
 from __future__ import annotations
 

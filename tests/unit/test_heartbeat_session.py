@@ -1,4 +1,4 @@
-"""Heartbeat and session expiry (spec §4.1, §4.2)."""
+"""Heartbeat and session expiry (protocol.md §7.1, §7.2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from app.group.messages import Error
 from app.group.state import GroupState
 from tests.unit.context import GROUP, REBALANCE_MS, SESSION_MS, Context
 
-# ---- §4.1 heartbeat in every state -------------------------------------------------------------
+# ---- protocol.md §7.1 heartbeat in every state -------------------------------------------------
 
 
 def test_heartbeat_with_empty_group_id_is_invalid_group_id() -> None:
@@ -108,7 +108,7 @@ def test_member_left_out_of_a_rebalance_learns_unknown_member_id() -> None:
     assert ctx.heartbeat(sg.followers[0], sg.generation) is Error.UNKNOWN_MEMBER_ID
 
 
-# ---- §4.2 session expiry -----------------------------------------------------------------------
+# ---- protocol.md §7.2 session expiry -----------------------------------------------------------
 
 
 def test_heartbeating_member_stays_and_silent_member_expires_in_stable() -> None:

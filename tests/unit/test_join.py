@@ -1,4 +1,4 @@
-"""JoinGroup (spec §2.1, §2.2, §2.4, §2.5, §2.6, §2.8)."""
+"""JoinGroup (protocol.md §4, §5.4, §5.5)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.unit.context import (
     subscription,
 )
 
-# ---- §2.1 request-level checks, in order -------------------------------------------------------
+# ---- protocol.md §4.1 request-level checks, in order -------------------------------------------
 
 
 def test_empty_group_id_is_invalid_group_id_and_echoes_member_id() -> None:
@@ -66,7 +66,7 @@ def test_known_member_id_on_unknown_group_is_unknown_member_id_and_creates_nothi
     assert not ctx.has_group()
 
 
-# ---- §2.2 new member: MEMBER_ID_REQUIRED (KIP-394) ---------------------------------------------
+# ---- protocol.md §4.4 new member: MEMBER_ID_REQUIRED (KIP-394) ---------------------------------
 
 
 def test_first_join_v4_gets_member_id_required_and_group_stays_empty() -> None:
@@ -153,7 +153,7 @@ def test_pending_member_completing_its_join_unblocks_rebalance() -> None:
     assert ctx.join_reply(h_new).members == ()
 
 
-# ---- §2.1.5 capacity ---------------------------------------------------------------------------
+# ---- protocol.md §4.2 capacity -----------------------------------------------------------------
 
 
 def test_new_member_over_max_size_in_stable_gets_group_max_size_reached() -> None:
@@ -227,7 +227,7 @@ def test_second_step_over_max_size_in_preparing_rebalance_is_rejected() -> None:
     assert list(ctx.group().members) == [a]
 
 
-# ---- §2.2/§2.4 protocol checks -----------------------------------------------------------------
+# ---- protocol.md §4.3 protocol checks ----------------------------------------------------------
 
 
 def test_empty_protocol_type_on_empty_group_is_inconsistent_group_protocol() -> None:
@@ -277,7 +277,7 @@ def test_protocol_check_comes_before_the_member_check() -> None:
     assert r.error is Error.INCONSISTENT_GROUP_PROTOCOL
 
 
-# ---- §2.4 existing member ----------------------------------------------------------------------
+# ---- protocol.md §4.6 existing member ----------------------------------------------------------
 
 
 def test_unknown_member_id_on_existing_group_is_unknown_member_id() -> None:
@@ -393,7 +393,7 @@ def test_second_join_while_parked_supersedes_the_first() -> None:
     assert ctx.join_reply(h3).error is Error.NONE
 
 
-# ---- §2.5, §2.8 join completion ----------------------------------------------------------------
+# ---- protocol.md §4.8, §5.4 join completion ----------------------------------------------------
 
 
 def test_join_completion_answers_leader_with_all_members_and_followers_with_none() -> None:
@@ -484,7 +484,7 @@ def test_join_completion_into_empty_bumps_generation_and_writes_empty_record() -
     assert rec.current_state_timestamp == ctx.now
 
 
-# ---- §2.6 protocol selection -------------------------------------------------------------------
+# ---- protocol.md §5.5 protocol selection -------------------------------------------------------
 
 
 def _initial(ctx: Context, *protocol_lists: list[tuple[str, bytes]]) -> list[int]:

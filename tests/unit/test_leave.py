@@ -1,4 +1,4 @@
-"""LeaveGroup (spec §4.3)."""
+"""LeaveGroup (protocol.md §7.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replay, loading and unloading (spec §7)."""
+"""Replay, loading and unloading (protocol.md §10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OffsetCommit / OffsetFetch / retention (spec §5)."""
+"""OffsetCommit / OffsetFetch / retention (protocol.md §8)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _ok(ctx: Context, h: int) -> None:
     assert set(ctx.commit_errors(h).values()) == {Error.NONE}
 
 
-# ---- §5.1 group creation and validation --------------------------------------------------------
+# ---- protocol.md §8.1 group creation and validation --------------------------------------------
 
 
 def test_commit_with_generation_minus_one_creates_simple_group() -> None:
@@ -231,7 +231,7 @@ def test_failed_first_commit_leaves_no_simple_group_behind() -> None:
     assert ctx.list_groups() == []
 
 
-# ---- §5.2 OffsetFetch --------------------------------------------------------------------------
+# ---- protocol.md §8.3 OffsetFetch --------------------------------------------------------------
 
 
 def test_fetch_for_unknown_group_returns_minus_one_per_partition() -> None:
@@ -298,7 +298,7 @@ def test_two_pending_commits_to_one_partition_stay_unstable_until_both_complete(
     assert ctx.fetch([("t", 0)], require_stable=True).partitions[0].offset == 2
 
 
-# ---- §5.3 retention ----------------------------------------------------------------------------
+# ---- protocol.md §8.4 retention ----------------------------------------------------------------
 
 
 def _tick_to(ctx: Context, t: int) -> None:

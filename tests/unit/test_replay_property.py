@@ -1,4 +1,4 @@
-"""Property: "what we wrote" is "what we load" (DESIGN property 2, spec §7).
+"""Property: "what we wrote" is "what we load" (design.md §4, protocol.md §10.2).
 
 Random sequences of operations on a few groups — joins (dynamic two-step, v3, static, with
 and without KIP-814), syncs, heartbeats, leaves, commits, deletes, clock advances and write
@@ -11,8 +11,9 @@ group's assignments never hand a partition to two members, and every request is 
 exactly once (the context fails on a second answer; at the end everything is flushed and the
 partition unloaded, after which no request may be left unanswered).
 
-Writes of an Empty group record after a join phase (`LogOnly`) always succeed here: spec §2.8.3
-says their failure is only logged, so live and durable state legitimately differ afterwards.
+Writes of an Empty group record after a join phase (`LogOnly`) always succeed here: step 3 of
+protocol.md §5.4 says their failure is only logged, so live and durable state legitimately
+differ afterwards.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Static membership (spec §2.3, KIP-345) and KIP-814 SkipAssignment."""
+"""Static membership (protocol.md §4.5, KIP-345) and KIP-814 SkipAssignment."""
 
 from __future__ import annotations
 

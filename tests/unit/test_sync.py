@@ -1,4 +1,4 @@
-"""SyncGroup (spec §3)."""
+"""SyncGroup (protocol.md §6)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _completing(ctx: Context, n: int = 3, **kw: Any) -> tuple[list[str], int]:
     return ids, ctx.join_reply(hs[0]).generation_id
 
 
-# ---- §3.1 checks -------------------------------------------------------------------------------
+# ---- protocol.md §6.1 checks -------------------------------------------------------------------
 
 
 def test_sync_with_empty_group_id_is_invalid_group_id() -> None:
@@ -115,7 +115,7 @@ def test_sync_in_preparing_rebalance_is_rebalance_in_progress() -> None:
     assert r.error is Error.REBALANCE_IN_PROGRESS
 
 
-# ---- §3.2 CompletingRebalance ------------------------------------------------------------------
+# ---- protocol.md §6.2 CompletingRebalance ------------------------------------------------------
 
 
 def test_follower_sync_waits_for_the_leaders_assignment_to_be_durable() -> None:
@@ -251,7 +251,7 @@ def test_parked_sync_of_a_member_that_leaves_is_answered() -> None:
     assert ctx.sync_reply(hb).error is Error.UNKNOWN_MEMBER_ID
 
 
-# ---- §3.3 Stable -------------------------------------------------------------------------------
+# ---- protocol.md §6.3 Stable -------------------------------------------------------------------
 
 
 def test_sync_in_stable_returns_stored_assignment_and_ignores_provided_one() -> None:

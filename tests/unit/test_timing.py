@@ -1,5 +1,5 @@
-"""Rebalance timing (spec §2.7, §2.8.2, §2.8.5): initial-delay windows, the rebalance timeout,
-the only-static-not-rejoined re-arm and pending-sync expiry."""
+"""Rebalance timing (protocol.md §5.2, §5.3, §5.4, §5.6): initial-delay windows, the rebalance
+timeout, the only-static-not-rejoined re-arm and pending-sync expiry."""
 
 from __future__ import annotations
 

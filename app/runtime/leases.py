@@ -1,0 +1,217 @@
+"""Leases: which log partitions this node holds, renewed every TTL/4, taken and given back as
+the placement plan says (design.md §6.2, §7); and compaction of what it holds (design.md §8.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from app.config import Settings
+from app.runtime import placement
+from app.runtime.loader import Loader
+from app.runtime.runtime import (
+    METADATA_PARTITION,
+    CoordinatorRuntime,
+    Partition,
+    PartitionState,
+    now_ms,
+)
+from app.service import Broker
+from storage.errors import FencedError, StorageError
+from storage.log import EventLog, LeaseRow
+
+log = logging.getLogger(__name__)
+
+
+class LeaseManager:
+    """One lease round at a time: renew, heartbeat the node row, plan, hand over, claim."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: CoordinatorRuntime,
+        event_log: EventLog,
+        loader: Loader,
+        broker: Broker,
+        after_round: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.runtime = runtime
+        self.log = event_log
+        self.loader = loader
+        self.broker = broker
+        self._after_round = after_round  # the topic registry's refresh
+        # stop serving a partition this long before its lease could be taken by another node
+        self.safety_ms = max(settings.lease_ttl_ms // 5, 200)
+        self.live_brokers: dict[int, Broker] = {self.node_id: broker}
+        self.admin_urls: dict[int, str] = {}
+        self.leases: dict[int, LeaseRow] = {}
+        self.plan: dict[int, int] = {}
+        self.compaction_runs = 0
+
+    @property
+    def partitions(self) -> dict[int, Partition]:
+        return self.runtime.partitions
+
+    # ==== the lease round =======================================================================
+
+    async def run(self) -> None:
+        # rounds start every TTL/4 from the previous round's start, not from its end, so a
+        # slow round (a slow database) does not stretch the renewal period
+        interval = self.settings.lease_ttl_ms / 4000
+        loop = asyncio.get_running_loop()
+        next_round = loop.time() + interval
+        while True:
+            await asyncio.sleep(max(next_round - loop.time(), 0))
+            next_round = loop.time() + interval
+            try:
+                await self.tick()
+            except StorageError as e:
+                log.warning("lease round failed: %s", e)
+            except Exception:
+                log.exception("lease round crashed")
+
+    async def tick(self) -> None:
+        """One lease round: heartbeat, renew, follow the placement plan, refresh topics."""
+        # renew first: under load every statement waits for a turn of a busy event loop, and
+        # the validity of what we hold counts from t0, taken just before the renewal
+        t0 = now_ms()
+        ttl = self.settings.lease_ttl_ms
+        held = {pid: p.epoch for pid, p in self.partitions.items()}
+        renewed = await self.log.renew_leases(self.node_id, held, ttl, t0)
+        valid_until = t0 + ttl - self.safety_ms
+        for pid in held:
+            if pid in renewed:
+                self.partitions[pid].valid_until = valid_until
+            elif pid in self.partitions:
+                self.runtime.drop(self.partitions[pid], "lease lost to another node")
+        if not await self.log.heartbeat_node(self.node_id, t0):
+            host, port = self.settings.advertised_address
+            await self.log.register_node(self.node_id, host, port, None, t0)
+        leases = {row.partition: row for row in await self.log.leases()}
+        nodes = await self.log.live_nodes(t0, ttl)
+        self.live_brokers = {
+            n.node_id: Broker(n.node_id, n.kafka_host, n.kafka_port) for n in nodes
+        }
+        self.live_brokers[self.node_id] = self.broker
+        self.admin_urls = {n.node_id: n.admin_url for n in nodes if n.admin_url}
+        self.leases = leases
+        current = {
+            pid: row.owner_node_id
+            for pid, row in leases.items()
+            if row.owner_node_id in self.live_brokers and row.expires_at_ms > t0
+        }
+        everything = [METADATA_PARTITION, *range(self.runtime.log_partitions)]
+        self.plan = placement.plan(everything, self.live_brokers, current)
+        for pid, p in list(self.partitions.items()):
+            if self.plan.get(pid) != self.node_id and p.state is not PartitionState.LOADING:
+                log.info("partition %d moves to node %s", pid, self.plan.get(pid))
+                await self.handover(p)
+        wanted = []
+        for pid in everything:
+            if pid in self.partitions:
+                continue
+            row = leases.get(pid)
+            free = row is None or row.owner_node_id is None or row.expires_at_ms <= t0
+            if self.plan.get(pid) == self.node_id:
+                if free or (row is not None and row.owner_node_id == self.node_id):
+                    wanted.append(pid)
+            elif row is not None and free and row.expires_at_ms + ttl <= t0:
+                # an orphan its planned owner did not claim within a TTL of its release or
+                # expiry (a fresh handover is left to the planned owner)
+                wanted.append(pid)
+        if wanted:
+            got = await self.log.acquire_leases(wanted, self.node_id, ttl, t0, bump_own=True)
+            for pid, epoch in sorted(got.items()):
+                self._claim(pid, epoch, valid_until)
+        await self._after_round()
+
+    def _claim(self, pid: int, epoch: int, valid_until: int) -> None:
+        p = self.runtime.add(pid, epoch, valid_until)
+        if pid != METADATA_PARTITION:
+            p.load_task = asyncio.create_task(self._load(p), name=f"load-{pid}")
+        else:
+            p.state = PartitionState.ACTIVE
+
+    async def _load(self, p: Partition) -> None:
+        try:
+            await self.loader.load(p)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            # give the lease back: the next lease round claims the partition again and retries
+            log.warning("partition %d failed to load, retrying: %s", p.id, e)
+            if self.partitions.get(p.id) is p:
+                self.runtime.drop(p, "load failed")
+                with contextlib.suppress(StorageError):
+                    await self.log.release_lease(p.id, self.node_id, p.epoch, now_ms())
+
+    async def handover(self, p: Partition) -> None:
+        """Graceful move: unload, let queued writes land, then give the lease back."""
+        self.runtime.drop(p, "handover")
+        with contextlib.suppress(StorageError):
+            await self.runtime.writer.submit(p.id, p.epoch, [])  # after our earlier writes
+        with contextlib.suppress(StorageError):
+            await self.log.release_lease(p.id, self.node_id, p.epoch, now_ms())
+
+    def owner_of(self, pid: int) -> int | None:
+        """The node serving `pid`: this node if it has it, else the live lease holder."""
+        if pid in self.partitions:
+            return self.node_id
+        row = self.leases.get(pid)
+        if row is None or row.owner_node_id == self.node_id:
+            return None  # stale view of our own lease: it moved on since the last round
+        if row.owner_node_id not in self.live_brokers:
+            return None
+        return row.owner_node_id
+
+    # ==== compaction ============================================================================
+
+    async def run_compactor(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.compaction_interval_ms / 1000)
+            try:
+                await self.compact()
+            except Exception:
+                log.exception("compaction round crashed")
+
+    async def compact(self) -> int:
+        """Compact every loaded partition this node owns; returns records removed.
+
+        Only the lease holder compacts (storage fences it like an append); partitions still
+        loading here are skipped, and loads elsewhere read one snapshot.
+        """
+        removed = 0
+        retention = self.settings.tombstone_retention_ms
+        cutoff = now_ms() - retention
+        for p in list(self.partitions.values()):
+            if p.state is not PartitionState.ACTIVE:
+                continue
+            tombstones_due = now_ms() - p.compacted_at_ms >= retention
+            if p.appended_since_compaction == 0 and not tombstones_due:
+                continue
+            appended = p.appended_since_compaction
+            try:
+                stats = await self.log.compact(
+                    p.id,
+                    self.node_id,
+                    p.epoch,
+                    tombstone_cutoff_ms=cutoff,
+                    archive=self.settings.archive_history,
+                )
+            except FencedError:
+                continue  # the lease round will notice and unload
+            except StorageError as e:
+                log.warning("compaction of partition %d failed: %s", p.id, e)
+                continue
+            p.appended_since_compaction -= appended
+            p.compacted_at_ms = now_ms()
+            if stats.removed:
+                p.appended_since_compaction += 1  # a removed value may free its tombstone
+            removed += stats.removed
+        self.compaction_runs += 1
+        return removed

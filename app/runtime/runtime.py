@@ -1,0 +1,267 @@
+"""The coordinator runtime: the partitions this node serves, and the one way requests reach
+their cores, as Kafka's `CoordinatorRuntime.scheduleWriteOperation/scheduleReadOperation`.
+
+Every partition's core is called synchronously on the event loop, so calls run to completion
+one at a time: the loop is the serial executor of every partition and the core needs no locks.
+What a write has to wait for (a parked join, a durable append) is a future keyed by the
+request's handle, resolved when the core emits a reply for that handle (design.md §5.1).
+
+Routing failures become one exception, `app.service.CoordinatorError(error)`, raised before
+the core is touched; the Kafka edge turns it into the API's error reply, the admin API into an
+HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from app.group.coordinator import GroupCoordinator
+from app.group.messages import Error
+from app.group.results import AppendFailure, Continuation, Reply, Result
+from app.runtime.placement import partition_for
+from app.service import CoordinatorError, GroupRead, GroupWrite
+from storage.errors import FencedError, StorageError
+from storage.writer import LogWriter
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+METADATA_PARTITION = -1  # the topic registry's own log partition
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def append_failure(exc: BaseException) -> AppendFailure:
+    """The one mapping from a storage exception to what the core is told of a failed append."""
+    if isinstance(exc, FencedError):
+        return AppendFailure.NOT_OWNER
+    if isinstance(exc, TimeoutError):
+        return AppendFailure.TIMEOUT
+    return AppendFailure.STORAGE
+
+
+class PartitionState(StrEnum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    UNLOADED = "unloaded"
+
+
+@dataclass(eq=False)
+class Partition:
+    id: int
+    epoch: int
+    state: PartitionState = PartitionState.LOADING
+    core: GroupCoordinator | None = None
+    records_loaded: int = 0
+    load_ms: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+    armed_deadline: int | None = None
+    load_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    valid_until: int = 0  # serve only while the lease is surely ours (zombie safety)
+    appended_since_compaction: int = 1  # a freshly loaded partition gets one round
+    compacted_at_ms: int = 0
+
+
+class CoordinatorRuntime:
+    """The partitions of one node and the plumbing between their cores and the loop."""
+
+    def __init__(
+        self,
+        node_id: int,
+        log_partitions: int,
+        writer: LogWriter,
+        op_seconds: dict[str, Any] | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.log_partitions = log_partitions
+        self.writer = writer
+        self.partitions: dict[int, Partition] = {}
+        self._handles = itertools.count(1)
+        # cached: on Python 3.11 each asyncio.get_running_loop() costs a getpid() syscall
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._op_seconds = op_seconds or {}  # operation name -> latency histogram
+        self.retired_rebalances: dict[str, int] = {}  # counts of unloaded partitions
+        self.lease_changes = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    # ==== scheduling ============================================================================
+
+    def route(self, group_id: str, loading_error: Error) -> Partition:
+        """The active partition serving `group_id`; else CoordinatorError (protocol.md §3.3)."""
+        p = self.partitions.get(partition_for(group_id, self.log_partitions))
+        if p is None or p.state is PartitionState.UNLOADED:
+            raise CoordinatorError(Error.NOT_COORDINATOR)
+        if now_ms() >= p.valid_until:
+            # the lease could not be renewed in time: another node may own it by now
+            raise CoordinatorError(Error.NOT_COORDINATOR)
+        if p.state is PartitionState.LOADING:
+            raise CoordinatorError(loading_error)
+        if p.core is None:  # the topic registry's partition serves no group
+            raise CoordinatorError(Error.NOT_COORDINATOR)
+        return p
+
+    async def schedule_write(
+        self,
+        name: str,
+        group_id: str,
+        op: GroupWrite,
+        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+    ) -> Any:
+        """Run `op` on the group's core now; await the reply it (or its write) releases."""
+        p = self.route(group_id, loading_error)
+        core = p.core
+        assert core is not None
+        loop = self._loop or asyncio.get_running_loop()
+        handle = next(self._handles)
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._waiting[handle] = fut
+        histogram = self._op_seconds.get(name)
+        started = time.perf_counter()
+        try:
+            self.apply(p, op(core, handle, now_ms()))
+        except BaseException:
+            self._waiting.pop(handle, None)
+            raise
+        reply = await fut
+        if histogram is not None:
+            histogram.observe(time.perf_counter() - started)
+        return reply
+
+    def schedule_read(
+        self,
+        group_id: str,
+        op: GroupRead[T],
+        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+    ) -> T:
+        """Answer from the group's core now; timers it moved are re-armed."""
+        p = self.route(group_id, loading_error)
+        assert p.core is not None
+        answer = op(p.core, now_ms())
+        self.arm(p)
+        return answer
+
+    def read_all(self, op: Callable[[GroupCoordinator], list[T]]) -> tuple[list[T], bool]:
+        """`op` over every loaded partition, and whether some partition is still loading."""
+        out: list[T] = []
+        loading = False
+        for p in self.partitions.values():
+            if p.state is PartitionState.LOADING:
+                loading = True
+            elif p.core is not None:
+                out.extend(op(p.core))
+        return out, loading
+
+    # ==== plumbing between the cores and the loop ===============================================
+
+    def apply(self, p: Partition, result: Result) -> None:
+        self._deliver(result.replies)
+        for write in result.writes:
+            p.appended_since_compaction += len(write.records)
+            fut = self.writer.submit(p.id, p.epoch, write.records)
+            fut.add_done_callback(functools.partial(self._written, p, p.core, write.continuation))
+        self.arm(p)
+
+    def _written(
+        self,
+        p: Partition,
+        core: GroupCoordinator | None,
+        cont: Continuation,
+        fut: asyncio.Future[int],
+    ) -> None:
+        exc = fut.exception() if not fut.cancelled() else StorageError("write cancelled")
+        failure = None if exc is None else append_failure(exc)
+        if core is None:
+            return
+        if exc is not None:
+            log.warning("partition %d: append failed: %s", p.id, exc)
+        result = core.on_write_complete(cont, failure, now_ms())
+        if p.core is not core:
+            # unloaded meanwhile: answer the waiters (durable or not), change nothing else
+            self._deliver(result.replies)
+            return
+        self.apply(p, result)
+        if failure is AppendFailure.NOT_OWNER and self.partitions.get(p.id) is p:
+            self.drop(p, "fenced by a newer lease epoch")
+
+    def _deliver(self, replies: list[tuple[int, Reply]]) -> None:
+        for handle, response in replies:
+            fut = self._waiting.pop(handle, None)
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+
+    def arm(self, p: Partition) -> None:
+        if p.core is None:
+            return
+        deadline = p.core.next_deadline()
+        if deadline is None or (p.armed_deadline is not None and p.armed_deadline <= deadline):
+            return
+        if p.timer is not None:
+            p.timer.cancel()
+        delay = max(deadline - now_ms(), 0) / 1000
+        p.armed_deadline = deadline
+        p.timer = (self._loop or asyncio.get_running_loop()).call_later(delay, self._on_timer, p)
+
+    def _on_timer(self, p: Partition) -> None:
+        p.timer = None
+        p.armed_deadline = None
+        if p.core is None:
+            return
+        if now_ms() >= p.valid_until:
+            # not surely ours (e.g. just resumed from a pause): expire nobody until renewed
+            p.timer = asyncio.get_running_loop().call_later(0.1, self._on_timer, p)
+            return
+        self.apply(p, p.core.poll_timers(now_ms()))
+
+    # ==== taking and dropping partitions ========================================================
+
+    def add(self, pid: int, epoch: int, valid_until: int) -> Partition:
+        log.info("node %d took partition %d at epoch %d", self.node_id, pid, epoch)
+        p = Partition(pid, epoch, valid_until=valid_until)
+        self.partitions[pid] = p
+        self.lease_changes += 1
+        return p
+
+    def activate(self, p: Partition, core: GroupCoordinator) -> None:
+        """A load finished: serve `p` from `core` (protocol.md §10.3)."""
+        p.core = core
+        p.state = PartitionState.ACTIVE
+        self.apply(p, core.on_loaded(now_ms()))
+
+    def drop(self, p: Partition, why: str) -> None:
+        """Stop serving `p` now: parked requests get NOT_COORDINATOR (protocol.md §10.5)."""
+        log.info("node %d unloads partition %d: %s", self.node_id, p.id, why)
+        self.partitions.pop(p.id, None)
+        task = p.load_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+        if p.timer is not None:
+            p.timer.cancel()
+            p.timer = None
+        p.state = PartitionState.UNLOADED
+        if p.core is not None:
+            for reason, n in p.core.rebalances.items():
+                self.retired_rebalances[reason] = self.retired_rebalances.get(reason, 0) + n
+            self._deliver(p.core.unload(now_ms()).replies)
+        p.core = None
+        self.lease_changes += 1
+
+    def rebalance_counts(self) -> dict[str, int]:
+        counts = dict(self.retired_rebalances)
+        for p in self.partitions.values():
+            if p.core is not None:
+                for reason, n in p.core.rebalances.items():
+                    counts[reason] = counts.get(reason, 0) + n
+        return counts
