@@ -1,6 +1,8 @@
 """The advertised API table, ApiVersions, and request decoding.
 
-Every (api_key, version) this node answers is listed here; ApiVersions advertises exactly this
+The table is the rows each edge module lists beside its handlers (`cluster_apis.APIS`,
+`group_apis.APIS`): adding an API is a handler and a row there. Every (api_key, version) this
+node answers is in it; ApiVersions advertises exactly this
 table, and the server refuses anything outside it (protocol.md §11.1, clients.md §1.1, §2.1).
 """
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,27 +27,10 @@ from app.kafka.codec import (
     response_class,
     response_header_flexible,
 )
-from app.kafka.context import HandlerResult, RequestContext
+from app.kafka.context import Api, HandlerResult, RequestContext
 from app.kafka.tagged import strip_unknown_tags
 
 API_VERSIONS: Final = 18
-
-SyncHandler = Callable[[RequestContext, Any], HandlerResult]
-AsyncHandler = Callable[[RequestContext, Any], Coroutine[Any, Any, HandlerResult]]
-ErrorBuilder = Callable[[RequestContext, Any, Error], HandlerResult]
-
-
-@dataclass(frozen=True, slots=True)
-class Api:
-    key: int
-    name: str
-    min_version: int
-    max_version: int
-    handler: SyncHandler | AsyncHandler
-    is_async: bool
-    # Builds the reply carrying an error when the handler raised; None: no such shape exists,
-    # the connection is closed instead.
-    on_error: ErrorBuilder | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,56 +110,15 @@ def unsupported_api_versions_frame(correlation_id: int) -> bytes:
 
 # --- the table -------------------------------------------------------------------------------
 
-APIS: Final[tuple[Api, ...]] = (
-    Api(cl.PRODUCE, "Produce", 3, 9, cl.handle_produce, False, cl.produce_error),
-    Api(cl.FETCH, "Fetch", 4, 12, cl.handle_fetch, True, cl.fetch_error),
-    Api(
-        cl.LIST_OFFSETS, "ListOffsets", 1, 11, cl.handle_list_offsets, False, cl.list_offsets_error
-    ),
-    Api(cl.METADATA, "Metadata", 0, 13, cl.handle_metadata, False, None),
-    Api(
-        gr.OFFSET_COMMIT,
-        "OffsetCommit",
-        2,
-        9,
-        gr.handle_offset_commit,
-        True,
-        gr.offset_commit_error,
-    ),
-    Api(gr.OFFSET_FETCH, "OffsetFetch", 1, 9, gr.handle_offset_fetch, False, gr.offset_fetch_error),
-    Api(
-        cl.FIND_COORDINATOR,
-        "FindCoordinator",
-        0,
-        6,
-        cl.handle_find_coordinator,
-        False,
-        cl.find_coordinator_error,
-    ),
-    Api(gr.JOIN_GROUP, "JoinGroup", 0, 9, gr.handle_join_group, True, gr.join_group_error),
-    Api(gr.HEARTBEAT, "Heartbeat", 0, 4, gr.handle_heartbeat, False, gr.heartbeat_error),
-    Api(gr.LEAVE_GROUP, "LeaveGroup", 0, 5, gr.handle_leave_group, True, gr.leave_group_error),
-    Api(gr.SYNC_GROUP, "SyncGroup", 0, 5, gr.handle_sync_group, True, gr.sync_group_error),
-    Api(
-        gr.DESCRIBE_GROUPS,
-        "DescribeGroups",
-        0,
-        5,
-        gr.handle_describe_groups,
-        False,
-        gr.describe_groups_error,
-    ),
-    Api(gr.LIST_GROUPS, "ListGroups", 0, 5, gr.handle_list_groups, False, gr.list_groups_error),
-    Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, False, api_versions_error),
-    Api(
-        gr.DELETE_GROUPS,
-        "DeleteGroups",
-        0,
-        2,
-        gr.handle_delete_groups,
-        True,
-        gr.delete_groups_error,
-    ),
+APIS: Final[tuple[Api, ...]] = tuple(
+    sorted(
+        (
+            *cl.APIS,
+            *gr.APIS,
+            Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, api_versions_error),
+        ),
+        key=lambda api: api.key,
+    )
 )
 
 

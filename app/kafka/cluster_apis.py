@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from app.group.messages import Error
 from app.kafka.codec import INT32_MIN, build, ms, response_class
-from app.kafka.context import NO_RESPONSE, HandlerResult, RequestContext
+from app.kafka.context import NO_RESPONSE, Api, HandlerResult, RequestContext
 from app.kafka.group_apis import is_known_partition
 from app.service import CoordinatorLookup
 
@@ -280,3 +280,12 @@ def produce_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
             for t in req.topic_data
         ],
     )
+
+
+APIS: Final = (
+    Api(PRODUCE, "Produce", 3, 9, handle_produce, produce_error),
+    Api(FETCH, "Fetch", 4, 12, handle_fetch, fetch_error),
+    Api(LIST_OFFSETS, "ListOffsets", 1, 11, handle_list_offsets, list_offsets_error),
+    Api(METADATA, "Metadata", 0, 13, handle_metadata, None),
+    Api(FIND_COORDINATOR, "FindCoordinator", 0, 6, handle_find_coordinator, find_coordinator_error),
+)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from dataclasses import dataclass
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
+from app.group.messages import Error
 from app.service import CoordinatorService
 
 
@@ -30,3 +33,26 @@ class RequestContext:
     client_host: str
     # Resolved when the connection goes away; long polls (Fetch) stop waiting on it.
     closed: asyncio.Future[None] | None = None
+
+
+SyncHandler = Callable[[RequestContext, Any], HandlerResult]
+AsyncHandler = Callable[[RequestContext, Any], Coroutine[Any, Any, HandlerResult]]
+ErrorBuilder = Callable[[RequestContext, Any, Error], HandlerResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One row of the API table: each edge module lists the rows of the APIs it serves."""
+
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: SyncHandler | AsyncHandler
+    # Builds the reply carrying an error when the handler raised; None: no such shape exists,
+    # the connection is closed instead.
+    on_error: ErrorBuilder | None
+    is_async: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))

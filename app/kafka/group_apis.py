@@ -37,7 +37,7 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.kafka.codec import INT32_MIN, build, group_by_topic, ms, response_class
-from app.kafka.context import RequestContext
+from app.kafka.context import Api, RequestContext
 from app.service import CoordinatorError
 
 if TYPE_CHECKING:
@@ -627,3 +627,16 @@ def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
     return encode_delete_groups(
         [DeleteGroupResult(g, error) for g in req.groups_names], ctx.api_version
     )
+
+
+APIS: Final = (
+    Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit, offset_commit_error),
+    Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch, offset_fetch_error),
+    Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error),
+    Api(HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat, heartbeat_error),
+    Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),
+    Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group, sync_group_error),
+    Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 5, handle_describe_groups, describe_groups_error),
+    Api(LIST_GROUPS, "ListGroups", 0, 5, handle_list_groups, list_groups_error),
+    Api(DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups, delete_groups_error),
+)

@@ -20,12 +20,11 @@ from app.group.messages import Error
 from app.kafka.apis import (
     API_VERSIONS,
     ApiVersionEntry,
-    AsyncHandler,
     api_name,
     unsupported_api_versions_frame,
     version_table,
 )
-from app.kafka.context import NO_RESPONSE, HandlerResult, RequestContext
+from app.kafka.context import NO_RESPONSE, AsyncHandler, HandlerResult, RequestContext
 from app.service import CoordinatorError, CoordinatorService
 
 log = logging.getLogger(__name__)
@@ -183,7 +182,9 @@ class KafkaConnection(asyncio.Protocol):
                     return
         except Exception as exc:
             result = self._error_result(entry, ctx, body, exc)
-        self._emit_result(entry, ctx, body, correlation_id, result)
+        data = self._encode(entry, ctx, body, correlation_id, result)
+        if data:
+            self._emit(data)
 
     def _park(
         self,
@@ -287,18 +288,6 @@ class KafkaConnection(asyncio.Protocol):
                         log.exception("encoding the error reply failed too")
         self.abort(f"{entry.api.name} v{entry.version} failed and has no error reply shape")
         return None
-
-    def _emit_result(
-        self,
-        entry: ApiVersionEntry,
-        ctx: RequestContext,
-        body: Any,
-        correlation_id: int,
-        result: HandlerResult,
-    ) -> None:
-        data = self._encode(entry, ctx, body, correlation_id, result)
-        if data:
-            self._emit(data)
 
     def _emit(self, data: bytes) -> None:
         """Queue a ready reply behind the ones still being computed (order = request order)."""

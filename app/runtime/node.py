@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from app.config import Settings
 from app.group.config import CoreConfig
-from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.group.view import GroupSummary
 from app.runtime.leases import LeaseManager
@@ -33,7 +31,7 @@ from app.runtime.runtime import (
     now_ms,
 )
 from app.runtime.topics import TopicRegistry
-from app.service import Broker, ClusterView, CoordinatorLookup, GroupRead, GroupWrite
+from app.service import Broker, ClusterView, CoordinatorLookup
 from storage.errors import StorageError
 from storage.log import EventLog, LeaseRow
 from storage.writer import LogWriter
@@ -86,6 +84,10 @@ class CoordinatorNode:
         writer.on_commit = self.metrics.observe_append
         self._request_counters: dict[tuple[str, int, int], Any] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # the service's group operations are the runtime's own
+        self.schedule_write = self.runtime.schedule_write
+        self.schedule_read = self.runtime.schedule_read
+        self.read_all = self.runtime.read_all
 
     # ==== what tests, the admin API and the metrics read ========================================
 
@@ -252,26 +254,6 @@ class CoordinatorNode:
                 Error.COORDINATOR_NOT_AVAILABLE, message="the group's log partition has no owner"
             )
         return CoordinatorLookup(Error.NONE, self.live_brokers[owner])
-
-    async def schedule_write(
-        self,
-        name: str,
-        group_id: str,
-        op: GroupWrite,
-        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
-    ) -> Any:
-        return await self.runtime.schedule_write(name, group_id, op, loading_error)
-
-    def schedule_read(
-        self,
-        group_id: str,
-        op: GroupRead[T],
-        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
-    ) -> T:
-        return self.runtime.schedule_read(group_id, op, loading_error)
-
-    def read_all(self, op: Callable[[GroupCoordinator], list[T]]) -> tuple[list[T], bool]:
-        return self.runtime.read_all(op)
 
 
 async def cancel_quietly(task: asyncio.Task[Any]) -> None:
