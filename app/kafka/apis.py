@@ -19,6 +19,7 @@ from kio.serial import entity_reader
 from app.group.messages import Error
 from app.kafka import cluster_apis as cl
 from app.kafka import group_apis as gr
+from app.kafka import offset_apis as of
 from app.kafka.codec import (
     build,
     encode_body,
@@ -115,6 +116,7 @@ APIS: Final[tuple[Api, ...]] = tuple(
         (
             *cl.APIS,
             *gr.APIS,
+            *of.APIS,
             Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, api_versions_error),
         ),
         key=lambda api: api.key,

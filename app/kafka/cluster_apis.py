@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from app.group.messages import Error
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import NO_RESPONSE, Api, HandlerResult, RequestContext
-from app.kafka.group_apis import is_known_partition
+from app.kafka.offset_apis import is_known_partition
 from app.service import CoordinatorLookup
 
 PRODUCE: Final = 0

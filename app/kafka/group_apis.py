@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import struct
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from app.group.messages import (
     DeleteGroupResult,
     DescribedGroup,
     Error,
-    FetchedOffset,
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -28,15 +26,10 @@ from app.group.messages import (
     LeaveMember,
     ListGroupsRequest,
     ListGroupsResponse,
-    OffsetCommitPartition,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    PartitionResult,
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from app.kafka.codec import INT32_MIN, build, group_by_topic, ms, response_class
+from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
 from app.service import CoordinatorError
 
@@ -45,8 +38,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-OFFSET_COMMIT: Final = 8
-OFFSET_FETCH: Final = 9
 JOIN_GROUP: Final = 11
 HEARTBEAT: Final = 12
 LEAVE_GROUP: Final = 13
@@ -56,17 +47,12 @@ LIST_GROUPS: Final = 16
 DELETE_GROUPS: Final = 42
 
 
-def is_known_partition(topics: Mapping[str, int], topic: str, partition: int) -> bool:
-    count = topics.get(topic)
-    return count is not None and 0 <= partition < count
-
-
-def _require_group_id(group_id: str) -> None:
+def require_group_id(group_id: str) -> None:
     if not group_id:
         raise CoordinatorError(Error.INVALID_GROUP_ID)
 
 
-def _read_or(
+def read_or(
     ctx: RequestContext,
     group_id: str,
     op: Callable[[GroupCoordinator, int], T],
@@ -77,10 +63,6 @@ def _read_or(
         return ctx.service.schedule_read(group_id, op)
     except CoordinatorError as e:
         return on_error(e.error)
-
-
-def _fetch_offsets(req: OffsetFetchRequest, core: GroupCoordinator, now: int) -> Any:
-    return core.offset_fetch(req)
 
 
 def _describe_group(group_id: str, core: GroupCoordinator, now: int) -> Any:
@@ -137,7 +119,7 @@ def encode_join_group(resp: JoinGroupResponse, version: int) -> Any:
 
 async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_join_group(req, ctx.client_id, ctx.client_host)
-    _require_group_id(internal.group_id)
+    require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "JoinGroup", internal.group_id, lambda core, h, now: core.join_group(h, internal, now)
     )
@@ -182,7 +164,7 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
         return encode_sync_group(
             SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL), ctx.api_version
         )
-    _require_group_id(internal.group_id)
+    require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "SyncGroup",
         internal.group_id,
@@ -223,7 +205,7 @@ def decode_heartbeat(req: Any) -> HeartbeatRequest:
 
 def handle_heartbeat(ctx: RequestContext, req: Any) -> bytes:
     internal = decode_heartbeat(req)
-    _require_group_id(internal.group_id)
+    require_group_id(internal.group_id)
     resp = ctx.service.schedule_read(
         internal.group_id,
         lambda core, now: core.heartbeat(internal, now),
@@ -281,7 +263,7 @@ def encode_leave_group(resp: LeaveGroupResponse, version: int) -> Any:
 
 async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_leave_group(req)
-    _require_group_id(internal.group_id)
+    require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "LeaveGroup", internal.group_id, lambda core, h, now: core.leave_group(h, internal, now)
     )
@@ -290,224 +272,6 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
 
 def leave_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
     return encode_leave_group(LeaveGroupResponse(error=error), ctx.api_version)
-
-
-# --- OffsetCommit (8) ------------------------------------------------------------------------
-
-
-def decode_offset_commit(
-    req: Any, topics: Mapping[str, int]
-) -> tuple[OffsetCommitRequest, tuple[PartitionResult, ...]]:
-    """The internal request (known partitions only) and the partitions refused at the edge."""
-    version = int(req.__version__)
-    accepted: list[OffsetCommitPartition] = []
-    refused: list[PartitionResult] = []
-    for topic in req.topics:
-        for p in topic.partitions:
-            if not is_known_partition(topics, topic.name, p.partition_index):
-                # protocol.md §8.2 (KafkaApis): unknown topic/partition answered per partition
-                refused.append(
-                    PartitionResult(topic.name, p.partition_index, Error.UNKNOWN_TOPIC_OR_PARTITION)
-                )
-                continue
-            accepted.append(
-                OffsetCommitPartition(
-                    topic=topic.name,
-                    partition=p.partition_index,
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
-                    metadata=p.committed_metadata,
-                )
-            )
-    internal = OffsetCommitRequest(
-        group_id=req.group_id,
-        generation_id=req.generation_id_or_member_epoch,
-        member_id=req.member_id,
-        group_instance_id=req.group_instance_id if version >= 7 else None,
-        partitions=tuple(accepted),
-        retention_time_ms=ms(req.retention_time) if version <= 4 else -1,
-        unknown_group_not_found=version >= 9,
-    )
-    return internal, tuple(refused)
-
-
-def encode_offset_commit(partitions: Sequence[PartitionResult], version: int) -> Any:
-    by_topic = group_by_topic((p.topic, p) for p in partitions)
-    return build(
-        response_class(OFFSET_COMMIT, version),
-        topics=[
-            {
-                "name": name,
-                "partitions": [
-                    {"partition_index": p.partition, "error_code": p.error} for p in parts
-                ],
-            }
-            for name, parts in by_topic.items()
-        ],
-    )
-
-
-def _commit_results_in_request_order(
-    req: Any, results: Mapping[tuple[str, int], Error]
-) -> list[PartitionResult]:
-    return [
-        PartitionResult(
-            t.name,
-            p.partition_index,
-            results.get((t.name, p.partition_index), Error.UNKNOWN_SERVER_ERROR),
-        )
-        for t in req.topics
-        for p in t.partitions
-    ]
-
-
-async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
-    internal, refused = decode_offset_commit(req, ctx.service.cluster().topics)
-    results = {(r.topic, r.partition): r.error for r in refused}
-    if internal.partitions:
-        try:
-            resp = await ctx.service.schedule_write(
-                "OffsetCommit",
-                internal.group_id,
-                lambda core, h, now: core.offset_commit(h, internal, now),
-            )
-        except CoordinatorError as e:
-            # partitions refused at the edge keep their own error; the rest get the group's
-            results.update({(p.topic, p.partition): e.error for p in internal.partitions})
-        else:
-            results.update({(r.topic, r.partition): r.error for r in resp.partitions})
-    return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
-
-
-def offset_commit_error(ctx: RequestContext, req: Any, error: Error) -> Any:
-    results = {(t.name, p.partition_index): error for t in req.topics for p in t.partitions}
-    return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
-
-
-# --- OffsetFetch (9) -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetFetchQuery:
-    """One group of an OffsetFetch: what the service is asked, and what the client asked."""
-
-    request: OffsetFetchRequest  # known partitions only
-    requested: tuple[tuple[str, int], ...] | None  # request order; None = all committed
-
-
-def _requested_partitions(topics: Any) -> tuple[tuple[str, int], ...] | None:
-    if topics is None:
-        return None
-    return tuple((t.name, p) for t in topics for p in t.partition_indexes)
-
-
-def decode_offset_fetch(req: Any, topics: Mapping[str, int]) -> list[OffsetFetchQuery]:
-    version = int(req.__version__)
-    require_stable = bool(req.require_stable) if version >= 7 else False
-    if version >= 8:
-        groups = [(g.group_id, _requested_partitions(g.topics)) for g in req.groups]
-    else:
-        groups = [(req.group_id, _requested_partitions(req.topics))]
-    queries = []
-    for group_id, requested in groups:
-        known = (
-            None
-            if requested is None
-            else tuple(tp for tp in requested if is_known_partition(topics, *tp))
-        )
-        queries.append(
-            OffsetFetchQuery(OffsetFetchRequest(group_id, known, require_stable), requested)
-        )
-    return queries
-
-
-def merge_offset_fetch(
-    query: OffsetFetchQuery, resp: OffsetFetchResponse, topics: Mapping[str, int]
-) -> OffsetFetchResponse:
-    """Put the service's answer back into request order, adding edge-refused partitions."""
-    if query.requested is None:
-        return resp
-    if resp.error != Error.NONE:
-        # v0-1 carry the group error on every requested partition (no top-level field)
-        parts = tuple(FetchedOffset(t, p, error=resp.error) for t, p in query.requested)
-        return OffsetFetchResponse(resp.group_id, resp.error, parts)
-    by_key = {(p.topic, p.partition): p for p in resp.partitions}
-    merged = []
-    for t, p in query.requested:
-        found = by_key.get((t, p))
-        if found is not None:
-            merged.append(found)
-        elif not is_known_partition(topics, t, p):
-            merged.append(FetchedOffset(t, p, error=Error.UNKNOWN_TOPIC_OR_PARTITION))
-        else:
-            merged.append(FetchedOffset(t, p))  # nothing committed
-    return OffsetFetchResponse(resp.group_id, resp.error, tuple(merged))
-
-
-def _fetch_topics(resp: OffsetFetchResponse, version: int) -> list[dict[str, Any]]:
-    if resp.error != Error.NONE and version >= 8:
-        return []  # the error travels at group level
-    # v2-v7: Kafka sends the group error at top level only; we also repeat it on each
-    # requested partition, because aiokafka reads only those and would otherwise take a
-    # retriable error (NOT_COORDINATOR, loading) for "nothing committed" and reset its position
-    by_topic = group_by_topic((p.topic, p) for p in resp.partitions)
-    return [
-        {
-            "name": name,
-            "partitions": [
-                {
-                    "partition_index": p.partition,
-                    "committed_offset": p.offset,
-                    "committed_leader_epoch": p.leader_epoch,
-                    "metadata": p.metadata,
-                    "error_code": p.error,
-                }
-                for p in parts
-            ],
-        }
-        for name, parts in by_topic.items()
-    ]
-
-
-def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) -> Any:
-    cls = response_class(OFFSET_FETCH, version)
-    if version >= 8:
-        return build(
-            cls,
-            groups=[
-                {"group_id": r.group_id, "topics": _fetch_topics(r, version), "error_code": r.error}
-                for r in responses
-            ],
-        )
-    (resp,) = responses
-    return build(cls, topics=_fetch_topics(resp, version), error_code=resp.error)
-
-
-def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
-    topics = ctx.service.cluster().topics
-    queries = decode_offset_fetch(req, topics)
-    answers = [
-        _read_or(
-            ctx,
-            q.request.group_id,
-            functools.partial(_fetch_offsets, q.request),
-            functools.partial(OffsetFetchResponse, q.request.group_id),
-        )
-        for q in queries
-    ]
-    merged = [merge_offset_fetch(q, a, topics) for q, a in zip(queries, answers, strict=True)]
-    return encode_offset_fetch(merged, ctx.api_version)
-
-
-def offset_fetch_error(ctx: RequestContext, req: Any, error: Error) -> Any:
-    queries = decode_offset_fetch(req, {})
-    return encode_offset_fetch(
-        [
-            merge_offset_fetch(q, OffsetFetchResponse(q.request.group_id, error), {})
-            for q in queries
-        ],
-        ctx.api_version,
-    )
 
 
 # --- DescribeGroups (15) ---------------------------------------------------------------------
@@ -543,7 +307,7 @@ def encode_describe_groups(groups: Sequence[DescribedGroup], version: int) -> An
 
 def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
     groups = [
-        _read_or(
+        read_or(
             ctx,
             group_id,
             functools.partial(_describe_group, group_id),
@@ -630,8 +394,6 @@ def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 
 
 APIS: Final = (
-    Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit, offset_commit_error),
-    Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch, offset_fetch_error),
     Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error),
     Api(HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat, heartbeat_error),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),

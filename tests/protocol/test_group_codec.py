@@ -80,6 +80,7 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.kafka import group_apis as g
+from app.kafka import offset_apis as o
 from app.kafka.codec import encode_body
 from tests.protocol.groups import ASSIGNMENT, committed, describe, stable_group
 from tests.protocol.wire import ctx, edge_decode, kp_call, kp_decode
@@ -405,7 +406,7 @@ def _kp_commit(
 @pytest.mark.parametrize("version", [2, 4, 5, 6, 7, 8, 9])
 def test_offset_commit_decode(version: int) -> None:
     body = edge_decode(_kp_commit({"t1": [0, 1], "nope": [0], "t2": [0, 5]}), version)
-    req, refused = g.decode_offset_commit(body, TOPICS)
+    req, refused = o.decode_offset_commit(body, TOPICS)
     assert (req.group_id, req.generation_id, req.member_id) == ("g1", 5, "m-1")
     assert req.group_instance_id == ("inst-1" if version >= 7 else None)
     assert req.retention_time_ms == (86_400_000 if version <= 4 else -1)
@@ -470,7 +471,7 @@ def _kp_fetch_single(
 @pytest.mark.parametrize("version", [1, 2, 6, 7])
 def test_offset_fetch_v1_7_single_group(version: int) -> None:
     body = edge_decode(_kp_fetch_single({"t1": [0, 2], "nope": [1]}, True), version)
-    (q,) = g.decode_offset_fetch(body, TOPICS)
+    (q,) = o.decode_offset_fetch(body, TOPICS)
     assert q.request.group_id == "g1"
     assert q.request.partitions == (("t1", 0), ("t1", 2))
     assert q.requested == (("t1", 0), ("t1", 2), ("nope", 1))
@@ -479,7 +480,7 @@ def test_offset_fetch_v1_7_single_group(version: int) -> None:
 
 @pytest.mark.parametrize("version", [2, 7])
 def test_offset_fetch_null_topics_means_all(version: int) -> None:
-    (q,) = g.decode_offset_fetch(edge_decode(_kp_fetch_single(None), version), TOPICS)
+    (q,) = o.decode_offset_fetch(edge_decode(_kp_fetch_single(None), version), TOPICS)
     assert q.request.partitions is None
     assert q.requested is None
 
@@ -503,7 +504,7 @@ def test_offset_fetch_v8_batched_groups(version: int) -> None:
         ),
         version,
     )
-    q1, q2 = g.decode_offset_fetch(body, TOPICS)
+    q1, q2 = o.decode_offset_fetch(body, TOPICS)
     assert (q1.request.group_id, q1.request.partitions, q1.request.require_stable) == (
         "g1",
         (("t1", 1),),
@@ -520,11 +521,11 @@ def _fetch_answer(error: Error = Error.NONE) -> OffsetFetchResponse:
 
 @pytest.mark.parametrize("version", [1, 2, 5, 7, 8, 9])
 def test_offset_fetch_reply_success(version: int) -> None:
-    (q,) = g.decode_offset_fetch(
+    (q,) = o.decode_offset_fetch(
         edge_decode(_kp_fetch_single({"t1": [0, 2], "nope": [1]}), min(version, 7)), TOPICS
     )
-    merged = g.merge_offset_fetch(q, _fetch_answer(), TOPICS)
-    resp = kp_decode(KpOffsetFetchResponse, 9, version, g.encode_offset_fetch([merged], version))
+    merged = o.merge_offset_fetch(q, _fetch_answer(), TOPICS)
+    resp = kp_decode(KpOffsetFetchResponse, 9, version, o.encode_offset_fetch([merged], version))
     if version >= 8:
         (group,) = resp.groups
         assert (group.group_id, group.error_code) == ("g1", 0)
@@ -545,11 +546,11 @@ def test_offset_fetch_reply_success(version: int) -> None:
 
 @pytest.mark.parametrize("version", [1, 2, 7, 8])
 def test_offset_fetch_group_error_placement(version: int) -> None:
-    (q,) = g.decode_offset_fetch(
+    (q,) = o.decode_offset_fetch(
         edge_decode(_kp_fetch_single({"t1": [0, 1]}), min(version, 7)), TOPICS
     )
-    merged = g.merge_offset_fetch(q, _fetch_answer(Error.NOT_COORDINATOR), TOPICS)
-    resp = kp_decode(KpOffsetFetchResponse, 9, version, g.encode_offset_fetch([merged], version))
+    merged = o.merge_offset_fetch(q, _fetch_answer(Error.NOT_COORDINATOR), TOPICS)
+    resp = kp_decode(KpOffsetFetchResponse, 9, version, o.encode_offset_fetch([merged], version))
     per_partition = [
         (p.partition_index, p.committed_offset, p.error_code)
         for t in getattr(resp, "topics", [])
@@ -681,11 +682,11 @@ def test_delete_groups_reply(version: int) -> None:
 
 def test_error_builders_echo_request_shape() -> None:
     body = edge_decode(_kp_commit({"t1": [0, 1]}), 8)
-    resp = g.offset_commit_error(ctx(8), body, Error.UNKNOWN_SERVER_ERROR)
+    resp = o.offset_commit_error(ctx(8), body, Error.UNKNOWN_SERVER_ERROR)
     assert [p.error_code for t in resp.topics for p in t.partitions] == [-1, -1]
     body = edge_decode(KpDescribeGroupsRequest(groups=["a", "b"]), 5)
     resp = g.describe_groups_error(ctx(5), body, Error.UNKNOWN_SERVER_ERROR)
     assert [(x.group_id, x.error_code) for x in resp.groups] == [("a", -1), ("b", -1)]
     body = edge_decode(_kp_fetch_single({"t1": [0]}), 1)
-    resp = g.offset_fetch_error(ctx(1), body, Error.UNKNOWN_SERVER_ERROR)
+    resp = o.offset_fetch_error(ctx(1), body, Error.UNKNOWN_SERVER_ERROR)
     assert [p.error_code for t in resp.topics for p in t.partitions] == [-1]

@@ -1,0 +1,263 @@
+"""Offset APIs: OffsetCommit (8) and OffsetFetch (9), every wire version <-> the internal types
+of `app.group.messages`, in the shape of `group_apis.py` (protocol.md §8, §11.3).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from app.group.messages import (
+    Error,
+    FetchedOffset,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    PartitionResult,
+)
+from app.kafka.codec import build, group_by_topic, ms, response_class
+from app.kafka.context import Api, RequestContext
+from app.kafka.group_apis import read_or
+from app.service import CoordinatorError
+
+if TYPE_CHECKING:
+    from app.group.coordinator import GroupCoordinator
+
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+
+
+def is_known_partition(topics: Mapping[str, int], topic: str, partition: int) -> bool:
+    count = topics.get(topic)
+    return count is not None and 0 <= partition < count
+
+
+def _fetch_offsets(req: OffsetFetchRequest, core: GroupCoordinator, now: int) -> Any:
+    return core.offset_fetch(req)
+
+
+# --- OffsetCommit (8) ------------------------------------------------------------------------
+
+
+def decode_offset_commit(
+    req: Any, topics: Mapping[str, int]
+) -> tuple[OffsetCommitRequest, tuple[PartitionResult, ...]]:
+    """The internal request (known partitions only) and the partitions refused at the edge."""
+    version = int(req.__version__)
+    accepted: list[OffsetCommitPartition] = []
+    refused: list[PartitionResult] = []
+    for topic in req.topics:
+        for p in topic.partitions:
+            if not is_known_partition(topics, topic.name, p.partition_index):
+                # protocol.md §8.2 (KafkaApis): unknown topic/partition answered per partition
+                refused.append(
+                    PartitionResult(topic.name, p.partition_index, Error.UNKNOWN_TOPIC_OR_PARTITION)
+                )
+                continue
+            accepted.append(
+                OffsetCommitPartition(
+                    topic=topic.name,
+                    partition=p.partition_index,
+                    offset=p.committed_offset,
+                    leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                    metadata=p.committed_metadata,
+                )
+            )
+    internal = OffsetCommitRequest(
+        group_id=req.group_id,
+        generation_id=req.generation_id_or_member_epoch,
+        member_id=req.member_id,
+        group_instance_id=req.group_instance_id if version >= 7 else None,
+        partitions=tuple(accepted),
+        retention_time_ms=ms(req.retention_time) if version <= 4 else -1,
+        unknown_group_not_found=version >= 9,
+    )
+    return internal, tuple(refused)
+
+
+def encode_offset_commit(partitions: Sequence[PartitionResult], version: int) -> Any:
+    by_topic = group_by_topic((p.topic, p) for p in partitions)
+    return build(
+        response_class(OFFSET_COMMIT, version),
+        topics=[
+            {
+                "name": name,
+                "partitions": [
+                    {"partition_index": p.partition, "error_code": p.error} for p in parts
+                ],
+            }
+            for name, parts in by_topic.items()
+        ],
+    )
+
+
+def _commit_results_in_request_order(
+    req: Any, results: Mapping[tuple[str, int], Error]
+) -> list[PartitionResult]:
+    return [
+        PartitionResult(
+            t.name,
+            p.partition_index,
+            results.get((t.name, p.partition_index), Error.UNKNOWN_SERVER_ERROR),
+        )
+        for t in req.topics
+        for p in t.partitions
+    ]
+
+
+async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
+    internal, refused = decode_offset_commit(req, ctx.service.cluster().topics)
+    results = {(r.topic, r.partition): r.error for r in refused}
+    if internal.partitions:
+        try:
+            resp = await ctx.service.schedule_write(
+                "OffsetCommit",
+                internal.group_id,
+                lambda core, h, now: core.offset_commit(h, internal, now),
+            )
+        except CoordinatorError as e:
+            # partitions refused at the edge keep their own error; the rest get the group's
+            results.update({(p.topic, p.partition): e.error for p in internal.partitions})
+        else:
+            results.update({(r.topic, r.partition): r.error for r in resp.partitions})
+    return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
+
+
+def offset_commit_error(ctx: RequestContext, req: Any, error: Error) -> Any:
+    results = {(t.name, p.partition_index): error for t in req.topics for p in t.partitions}
+    return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
+
+
+# --- OffsetFetch (9) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchQuery:
+    """One group of an OffsetFetch: what the service is asked, and what the client asked."""
+
+    request: OffsetFetchRequest  # known partitions only
+    requested: tuple[tuple[str, int], ...] | None  # request order; None = all committed
+
+
+def _requested_partitions(topics: Any) -> tuple[tuple[str, int], ...] | None:
+    if topics is None:
+        return None
+    return tuple((t.name, p) for t in topics for p in t.partition_indexes)
+
+
+def decode_offset_fetch(req: Any, topics: Mapping[str, int]) -> list[OffsetFetchQuery]:
+    version = int(req.__version__)
+    require_stable = bool(req.require_stable) if version >= 7 else False
+    if version >= 8:
+        groups = [(g.group_id, _requested_partitions(g.topics)) for g in req.groups]
+    else:
+        groups = [(req.group_id, _requested_partitions(req.topics))]
+    queries = []
+    for group_id, requested in groups:
+        known = (
+            None
+            if requested is None
+            else tuple(tp for tp in requested if is_known_partition(topics, *tp))
+        )
+        queries.append(
+            OffsetFetchQuery(OffsetFetchRequest(group_id, known, require_stable), requested)
+        )
+    return queries
+
+
+def merge_offset_fetch(
+    query: OffsetFetchQuery, resp: OffsetFetchResponse, topics: Mapping[str, int]
+) -> OffsetFetchResponse:
+    """Put the service's answer back into request order, adding edge-refused partitions."""
+    if query.requested is None:
+        return resp
+    if resp.error != Error.NONE:
+        # v0-1 carry the group error on every requested partition (no top-level field)
+        parts = tuple(FetchedOffset(t, p, error=resp.error) for t, p in query.requested)
+        return OffsetFetchResponse(resp.group_id, resp.error, parts)
+    by_key = {(p.topic, p.partition): p for p in resp.partitions}
+    merged = []
+    for t, p in query.requested:
+        found = by_key.get((t, p))
+        if found is not None:
+            merged.append(found)
+        elif not is_known_partition(topics, t, p):
+            merged.append(FetchedOffset(t, p, error=Error.UNKNOWN_TOPIC_OR_PARTITION))
+        else:
+            merged.append(FetchedOffset(t, p))  # nothing committed
+    return OffsetFetchResponse(resp.group_id, resp.error, tuple(merged))
+
+
+def _fetch_topics(resp: OffsetFetchResponse, version: int) -> list[dict[str, Any]]:
+    if resp.error != Error.NONE and version >= 8:
+        return []  # the error travels at group level
+    # v2-v7: Kafka sends the group error at top level only; we also repeat it on each
+    # requested partition, because aiokafka reads only those and would otherwise take a
+    # retriable error (NOT_COORDINATOR, loading) for "nothing committed" and reset its position
+    by_topic = group_by_topic((p.topic, p) for p in resp.partitions)
+    return [
+        {
+            "name": name,
+            "partitions": [
+                {
+                    "partition_index": p.partition,
+                    "committed_offset": p.offset,
+                    "committed_leader_epoch": p.leader_epoch,
+                    "metadata": p.metadata,
+                    "error_code": p.error,
+                }
+                for p in parts
+            ],
+        }
+        for name, parts in by_topic.items()
+    ]
+
+
+def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) -> Any:
+    cls = response_class(OFFSET_FETCH, version)
+    if version >= 8:
+        return build(
+            cls,
+            groups=[
+                {"group_id": r.group_id, "topics": _fetch_topics(r, version), "error_code": r.error}
+                for r in responses
+            ],
+        )
+    (resp,) = responses
+    return build(cls, topics=_fetch_topics(resp, version), error_code=resp.error)
+
+
+def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
+    topics = ctx.service.cluster().topics
+    queries = decode_offset_fetch(req, topics)
+    answers = [
+        read_or(
+            ctx,
+            q.request.group_id,
+            functools.partial(_fetch_offsets, q.request),
+            functools.partial(OffsetFetchResponse, q.request.group_id),
+        )
+        for q in queries
+    ]
+    merged = [merge_offset_fetch(q, a, topics) for q, a in zip(queries, answers, strict=True)]
+    return encode_offset_fetch(merged, ctx.api_version)
+
+
+def offset_fetch_error(ctx: RequestContext, req: Any, error: Error) -> Any:
+    queries = decode_offset_fetch(req, {})
+    return encode_offset_fetch(
+        [
+            merge_offset_fetch(q, OffsetFetchResponse(q.request.group_id, error), {})
+            for q in queries
+        ],
+        ctx.api_version,
+    )
+
+
+APIS: Final = (
+    Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit, offset_commit_error),
+    Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch, offset_fetch_error),
+)
