@@ -13,7 +13,7 @@ import uvicorn
 from api.app import create_app
 from app.config import Settings
 from app.kafka.apis import version_table
-from app.kafka.server import start_kafka_server
+from app.kafka.server import ServerLimits, start_kafka_server
 from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async
@@ -48,7 +48,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     await node.start()
 
     host, port = settings.kafka_address
-    kafka = await start_kafka_server(node, host, port, settings.max_frame_bytes)
+    kafka = await start_kafka_server(node, host, port, ServerLimits.from_settings(settings))
     admin_host, admin_port = settings.admin_address
     admin = uvicorn.Server(
         uvicorn.Config(

@@ -53,8 +53,8 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.group.records import Record, TopicValue, topic_record
-from app.runtime.placement import partition_for
 from app.group.results import Result
+from app.runtime.placement import partition_for
 from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -20,6 +20,7 @@ from app.group.messages import Error
 from app.kafka import cluster_apis as cl
 from app.kafka import group_apis as gr
 from app.kafka import offset_apis as of
+from app.kafka.bounded import check_client_id, check_request, has_arrays
 from app.kafka.codec import (
     build,
     encode_body,
@@ -35,6 +36,17 @@ API_VERSIONS: Final = 18
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    """Bounds on what decoding one request may cost (README: Limits and hostile clients)."""
+
+    max_client_id_bytes: int = 4096
+    max_request_elements: int = 100_000
+
+
+DEFAULT_DECODE_LIMITS: Final = DecodeLimits()
+
+
+@dataclass(frozen=True, slots=True)
 class ApiVersionEntry:
     """One (api_key, version) with its kio classes and readers resolved once."""
 
@@ -45,13 +57,26 @@ class ApiVersionEntry:
     read_header: Callable[[bytes, int], tuple[Any, int]]
     read_body: Callable[[bytes, int], tuple[Any, int]]
     flexible_response_header: bool
+    walk: bool  # the schema holds arrays: walk the frame before kio reads it
 
-    def decode(self, frame: bytes) -> tuple[Any, Any]:
-        """(header, body) of a request frame (no size prefix).
+    def decode(self, frame: bytes, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> tuple[Any, Any]:
+        """(header, body) of a request frame (no size prefix); FrameRejected when it breaks a
+        bound (app/kafka/bounded.py): nothing reaches kio's native reader unchecked.
 
-        kio rejects unknown tagged fields (KeyError); the protocol says to skip them, so on
-        that error the frame is rewritten without them and decoded again.
+        kio rejects unknown tagged fields (KeyError); the protocol says to skip them, so the
+        frame is rewritten without them first (the walk tells; array-free schemas learn it
+        from kio's KeyError).
         """
+        if self.walk:
+            if check_request(
+                self.request_cls,
+                frame,
+                max_elements=limits.max_request_elements,
+                max_client_id=limits.max_client_id_bytes,
+            ):
+                frame = strip_unknown_tags(self.request_cls, frame)
+        else:
+            check_client_id(frame, limits.max_client_id_bytes)
         try:
             header, offset = self.read_header(frame, 0)
             body, _ = self.read_body(frame, offset)
@@ -140,6 +165,7 @@ def version_table() -> dict[tuple[int, int], ApiVersionEntry]:
                 read_header=entity_reader(req_cls.__header_schema__),
                 read_body=entity_reader(req_cls),
                 flexible_response_header=response_header_flexible(resp_cls),
+                walk=has_arrays(req_cls) or has_arrays(req_cls.__header_schema__),
             )
     return table
 

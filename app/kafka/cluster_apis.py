@@ -65,8 +65,13 @@ def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
     if requested is None or (version == 0 and not requested):
         entries = [_topic_entry(name, n, node_id) for name, n in sorted(view.topics.items())]
     else:
+        seen: set[Any] = set()
         for topic in requested:
             name = topic.name
+            key = name if name is not None else topic.topic_id
+            if key in seen:
+                continue  # as Kafka: a topic named twice is answered once
+            seen.add(key)
             if name is None:  # v10+ lookup by topic id: we hand out no ids
                 entries.append(
                     {

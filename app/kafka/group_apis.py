@@ -313,7 +313,7 @@ def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
             functools.partial(_describe_group, group_id),
             functools.partial(DescribedGroup, group_id),
         )
-        for group_id in req.groups
+        for group_id in dict.fromkeys(req.groups)  # a group named twice is answered once
     ]
     return encode_describe_groups(groups, ctx.api_version)
 
@@ -383,7 +383,7 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
             return DeleteGroupResult(group_id, e.error)
         return result
 
-    results = await asyncio.gather(*(delete(g) for g in req.groups_names))
+    results = await asyncio.gather(*(delete(g) for g in dict.fromkeys(req.groups_names)))
     return encode_delete_groups(results, ctx.api_version)
 
 

@@ -145,14 +145,19 @@ class OffsetFetchQuery:
 def _requested_partitions(topics: Any) -> tuple[tuple[str, int], ...] | None:
     if topics is None:
         return None
-    return tuple((t.name, p) for t in topics for p in t.partition_indexes)
+    # repeated partitions are answered once (dict keeps the first position)
+    return tuple(dict.fromkeys((t.name, p) for t in topics for p in t.partition_indexes))
 
 
 def decode_offset_fetch(req: Any, topics: Mapping[str, int]) -> list[OffsetFetchQuery]:
     version = int(req.__version__)
     require_stable = bool(req.require_stable) if version >= 7 else False
     if version >= 8:
-        groups = [(g.group_id, _requested_partitions(g.topics)) for g in req.groups]
+        # a group named twice is answered once, with what its first mention asked
+        firsts: dict[str, Any] = {}
+        for g in req.groups:
+            firsts.setdefault(g.group_id, g)
+        groups = [(g.group_id, _requested_partitions(g.topics)) for g in firsts.values()]
     else:
         groups = [(req.group_id, _requested_partitions(req.topics))]
     queries = []

@@ -14,12 +14,15 @@ import logging
 import struct
 from collections import deque
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
+from app.config import Settings
 from app.group.messages import Error
 from app.kafka.apis import (
     API_VERSIONS,
     ApiVersionEntry,
+    DecodeLimits,
     api_name,
     unsupported_api_versions_frame,
     version_table,
@@ -33,6 +36,30 @@ log = logging.getLogger(__name__)
 # the low-water mark; the transport's own write buffer limits pause it too.
 MAX_IN_FLIGHT: Final = 1024
 RESUME_IN_FLIGHT: Final = MAX_IN_FLIGHT // 2
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one client can make the listener hold (README: Limits and hostile clients)."""
+
+    max_frame_bytes: int = 16 * 1024 * 1024  # Kafka: socket.request.max.bytes
+    max_connections: int = 10_000  # Kafka: max.connections
+    max_connections_per_ip: int = 1_000  # Kafka: max.connections.per.ip
+    connections_max_idle_ms: int = 600_000  # Kafka: connections.max.idle.ms
+    frame_deadline_ms: int = 30_000  # a frame begun must be complete within this (slow senders)
+    decode: DecodeLimits = field(default_factory=DecodeLimits)
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> ServerLimits:
+        return cls(
+            max_frame_bytes=s.max_frame_bytes,
+            max_connections=s.max_connections,
+            max_connections_per_ip=s.max_connections_per_ip,
+            connections_max_idle_ms=s.connections_max_idle_ms,
+            frame_deadline_ms=s.frame_deadline_ms,
+            decode=DecodeLimits(s.max_client_id_bytes, s.max_request_elements),
+        )
+
 
 _SIZE: Final = struct.Struct(">i")
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -51,13 +78,16 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: KafkaServer) -> None:
         self._server = server
         self._service = server.service
-        self._max_frame = server.max_frame_bytes
+        self._max_frame = server.limits.max_frame_bytes
+        self._decode_limits = server.limits.decode
         self._table = version_table()
         # optional metrics hook of the service: (api name, version, error code)
         self._observe: Callable[[str, int, int], None] | None = getattr(
             self._service, "observe_request", None
         )
         self._buf = bytearray()  # an incomplete frame carried over to the next read
+        self._frame_started = 0.0  # loop time the incomplete frame in `_buf` began
+        self.last_active = 0.0  # loop time of the last byte read or reply written
         self._need = 4  # bytes `_buf` must hold before the next frame can be complete
         self._slots: deque[_Slot] = deque()
         self._transport: asyncio.Transport | None = None
@@ -65,6 +95,7 @@ class KafkaConnection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._peer = "?"
         self._host = ""
+        self.ip = "?"
         self._closing = False
         self._reading_paused = False
         self._write_paused = False
@@ -78,17 +109,25 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
+        self.last_active = self._loop.time()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             # Kafka records clientAddress.toString(): "/127.0.0.1" (DescribeGroups ClientHost)
             self._host = f"/{peer[0]}"
             self._peer = f"{peer[0]}:{peer[1]}"
-        self._server.connections.add(self)
+            self.ip = str(peer[0])
+        refused = self._server.admit(self)
+        if refused:
+            self.abort(refused)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        assert self._loop is not None
+        self.last_active = now = self._loop.time()
         buf = self._buf
+        if not buf:
+            self._frame_started = now
         if buf:
             # A frame is partly buffered: only join once it can be complete (a large frame
             # arriving in many chunks is then copied once, not once per chunk).
@@ -129,7 +168,20 @@ class KafkaConnection(asyncio.Protocol):
         self._slots.clear()
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)
-        self._server.connections.discard(self)
+        self._server.forget(self)
+
+    def check_deadlines(self, now: float, limits: ServerLimits) -> None:
+        """Called about once a second: slow senders and idle connections are closed."""
+        if self._closing:
+            return
+        if self._buf and now - self._frame_started > limits.frame_deadline_ms / 1000:
+            self.abort(
+                f"a frame begun {now - self._frame_started:.0f} s ago is still incomplete "
+                f"({len(self._buf)} bytes of {self._need})"
+            )
+        elif not self._slots and now - self.last_active > limits.connections_max_idle_ms / 1000:
+            log.info("closing idle Kafka connection from %s", self._peer)
+            self.close()
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -154,7 +206,7 @@ class KafkaConnection(asyncio.Protocol):
             self.abort(f"unsupported request {api_name(api_key)} (key {api_key}) v{version}")
             return
         try:
-            header, body = entry.decode(frame)
+            header, body = entry.decode(frame, self._decode_limits)
         except Exception as exc:
             self.abort(f"undecodable {entry.api.name} v{version} request: {exc!r}")
             return
@@ -320,6 +372,8 @@ class KafkaConnection(asyncio.Protocol):
         out.clear()
         if self._transport is not None and not self._closing:
             self._transport.write(data)
+            if self._loop is not None:
+                self.last_active = self._loop.time()
 
     def _update_reading(self) -> None:
         transport = self._transport
@@ -354,14 +408,16 @@ class KafkaServer(asyncio.AbstractServer):
     """The listening socket plus its connections; `close()` also drops open connections."""
 
     def __init__(
-        self, service: CoordinatorService, host: str, port: int, max_frame_bytes: int
+        self, service: CoordinatorService, host: str, port: int, limits: ServerLimits
     ) -> None:
         self.service = service
         self.host = host
         self.requested_port = port
-        self.max_frame_bytes = max_frame_bytes
+        self.limits = limits
         self.connections: set[KafkaConnection] = set()
+        self._per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> KafkaServer:
         version_table()  # load every kio class before the first client arrives
@@ -369,7 +425,37 @@ class KafkaServer(asyncio.AbstractServer):
         self._server = await loop.create_server(
             lambda: KafkaConnection(self), self.host, self.requested_port
         )
+        self._sweeper = loop.create_task(self._sweep(), name="kafka-connection-deadlines")
         return self
+
+    def admit(self, conn: KafkaConnection) -> str | None:
+        """Count a new connection in; the reason to refuse it when over a limit."""
+        limits = self.limits
+        if len(self.connections) >= limits.max_connections:
+            return f"{len(self.connections)} connections open (COORD_MAX_CONNECTIONS)"
+        n = self._per_ip.get(conn.ip, 0)
+        if n >= limits.max_connections_per_ip:
+            return f"{n} connections open from {conn.ip} (COORD_MAX_CONNECTIONS_PER_IP)"
+        self.connections.add(conn)
+        self._per_ip[conn.ip] = n + 1
+        return None
+
+    def forget(self, conn: KafkaConnection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            n = self._per_ip.get(conn.ip, 1) - 1
+            if n > 0:
+                self._per_ip[conn.ip] = n
+            else:
+                self._per_ip.pop(conn.ip, None)
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(1)
+            now = loop.time()
+            for conn in list(self.connections):
+                conn.check_deadlines(now, self.limits)
 
     @property
     def server(self) -> asyncio.Server:
@@ -388,6 +474,9 @@ class KafkaServer(asyncio.AbstractServer):
 
     def close(self) -> None:
         self.server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for conn in list(self.connections):
             conn.close()
 
@@ -446,7 +535,7 @@ def _error_code(version: int, result: HandlerResult) -> int:
 
 
 async def start_kafka_server(
-    service: CoordinatorService, host: str, port: int, max_frame_bytes: int
+    service: CoordinatorService, host: str, port: int, limits: ServerLimits | None = None
 ) -> KafkaServer:
     """Listen on host:port; returns a started `KafkaServer` (an `asyncio.AbstractServer`)."""
-    return await KafkaServer(service, host, port, max_frame_bytes).start()
+    return await KafkaServer(service, host, port, limits or ServerLimits()).start()

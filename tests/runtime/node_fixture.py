@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings
-from app.kafka.server import KafkaServer, start_kafka_server
+from app.kafka.server import KafkaServer, ServerLimits, start_kafka_server
 from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async
@@ -67,7 +67,7 @@ async def running_node(
     if wait_loaded:
         await node.wait_loaded()
     host, port = settings.kafka_address
-    server = await start_kafka_server(node, host, port, settings.max_frame_bytes)
+    server = await start_kafka_server(node, host, port, ServerLimits.from_settings(settings))
     try:
         yield RunningNode(node, server, event_log, writer, settings)
     finally:

@@ -1,0 +1,131 @@
+"""Hostile clients against a real node: each attack closes only its own connection, and a
+well-behaved member on another connection keeps its group (README: Limits and hostile clients).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+import pytest
+
+from app.group.messages import Error
+from tests.fuzz.frames import CORPUS
+from tests.protocol.groups import stable_group
+from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient
+from tests.support.nodes import CoordinatorProcess
+
+
+def framed(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def assert_member_unharmed(
+    client: KafkaTestClient, group: str, member: str, gen: int
+) -> None:
+    assert (await client.heartbeat(group, gen, member)).error_code == Error.NONE
+
+
+async def test_every_corpus_frame_closes_its_connection_and_nothing_else(tmp_path: Path) -> None:
+    """The 23-byte DescribeGroups frame once aborted the node process (SIGABRT); so did the
+    frames the fuzzer found. A real `coordinator serve` process gets each of them."""
+    node = CoordinatorProcess(f"sqlite+aiosqlite:///{tmp_path}/c.db", tmp_path)
+    node.start()
+    try:
+        member = await KafkaTestClient.connect(*node.address, client_id="member")
+        m, gen = await stable_group(member, "steady")
+        frames = sorted(CORPUS.glob("*.bin"))
+        assert frames
+        for path in frames:
+            attacker = await KafkaTestClient.connect(*node.address, client_id="attacker")
+            await attacker.send_raw(framed(path.read_bytes()))
+            await attacker.wait_closed(10)
+            assert node.running, f"{path.name} ended the node:\n{node.log_text()[-3000:]}"
+            await assert_member_unharmed(member, "steady", m, gen)
+        log = node.log_text()
+        assert "closing Kafka connection from 127.0.0.1" in log
+        assert "DescribeGroups v5" in log  # the line names the peer, the API and the version
+        await member.close()
+    finally:
+        node.stop()
+
+
+async def describe_raw(client: KafkaTestClient, groups: list[str]) -> list[str]:
+    resp = await client.request(
+        client.build_request(15, 5, groups=groups, include_authorized_operations=False)
+    )
+    return [g.group_id for g in resp.groups]
+
+
+async def test_repeated_names_are_answered_once(node: RunningNode, client: KafkaTestClient) -> None:
+    await stable_group(client, "g1")
+    assert await describe_raw(client, ["g1", "g2", "g1"] * 1000) == ["g1", "g2"]
+    resp = await client.request(
+        client.build_request(
+            3,
+            12,
+            topics=[{"name": "t1", "topic_id": None}] * 5000,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    assert [t.name for t in resp.topics] == ["t1"]
+
+
+@pytest.mark.node_settings(max_client_id_bytes=64)
+async def test_a_client_id_over_the_limit_closes_the_connection(node: RunningNode) -> None:
+    ok = await node.client("a" * 64)
+    await stable_group(ok, "fine")
+    big = await node.client("b" * 65)
+    with pytest.raises(ConnectionError):
+        await big.request(
+            big.build_request(18, 3, client_software_name="x", client_software_version="1")
+        )
+    assert big.is_closed and not ok.is_closed
+
+
+@pytest.mark.node_settings(max_request_elements=100)
+async def test_a_request_with_too_many_elements_closes_the_connection(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    m, gen = await stable_group(client, "steady")
+    other = await node.client("greedy")
+    with pytest.raises(ConnectionError):
+        await describe_raw(other, [f"g{i}" for i in range(101)])
+    assert other.is_closed
+    await assert_member_unharmed(client, "steady", m, gen)
+
+
+@pytest.mark.node_settings(max_connections_per_ip=3)
+async def test_connections_per_ip_are_bounded(node: RunningNode, client: KafkaTestClient) -> None:
+    m, gen = await stable_group(client, "steady")
+    more = [await node.client(f"c{i}") for i in range(3)]
+    await asyncio.gather(*(c.wait_closed(5) for c in more[2:]))
+    assert [c.is_closed for c in more] == [False, False, True]
+    await assert_member_unharmed(client, "steady", m, gen)
+    await more[0].close()
+    await asyncio.sleep(0.2)
+    again = await node.client("again")  # a slot freed up
+    await stable_group(again, "other")
+
+
+@pytest.mark.node_settings(frame_deadline_ms=300)
+async def test_a_frame_that_never_completes_is_closed(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    m, gen = await stable_group(client, "steady")
+    slow = await node.client("slowloris")
+    await slow.send_raw(struct.pack(">i", 1000) + b"\x00\x0c")  # 2 of 1000 bytes, then nothing
+    await slow.wait_closed(5)
+    await assert_member_unharmed(client, "steady", m, gen)
+
+
+@pytest.mark.node_settings(connections_max_idle_ms=1000)
+async def test_idle_connections_are_closed(node: RunningNode) -> None:
+    idle = await node.client("idle")
+    await idle.request(
+        idle.build_request(18, 3, client_software_name="x", client_software_version="1")
+    )
+    await idle.wait_closed(5)
