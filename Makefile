@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test lint typecheck migrate bench clean
+.PHONY: install deps run test lint typecheck migrate bench fuzz clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ test: install deps lint
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~8-10 min here)
 bench: install deps
 	$(PY) -m bench
+
+# the decoding fuzzer for longer than make test's run (FUZZ_SECONDS, default 10 min)
+FUZZ_SECONDS ?= 600
+fuzz: install
+	COORD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 clean:
 	rm -rf $(VENV) data

@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     initial_rebalance_delay_ms: int = Field(default=3000, ge=0)
     min_session_timeout_ms: int = Field(default=6000, ge=1)
     max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
-    group_max_size: int = Field(default=2_147_483_647, ge=1)
+    group_max_size: int = Field(default=10_000, ge=1)  # Kafka's default: 2147483647
+    max_groups: int = Field(default=250_000, ge=1)
+    max_pending_members: int = Field(default=10_000, ge=1)
     topics: str = ""
     log_partitions: int = Field(default=16, ge=1, le=10_000)
     offsets_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1)
@@ -53,6 +55,8 @@ class Settings(BaseSettings):
     frame_deadline_ms: int = Field(default=30_000, ge=100)
     max_client_id_bytes: int = Field(default=4096, ge=16, le=32767)
     max_request_elements: int = Field(default=100_000, ge=100)
+    max_record_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    max_queued_records: int = Field(default=100_000, ge=100)
     lease_ttl_ms: int = Field(default=5000, ge=500)
     tombstone_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
     archive_history: bool = True

@@ -77,6 +77,7 @@ class CoordinatorService(Protocol):
         group_id: str,
         op: GroupWrite,
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+        creates_group: bool = False,
     ) -> Any: ...
 
     def schedule_read(

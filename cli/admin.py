@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 from typing import Annotated, Any
+from urllib.parse import quote, urlencode
 
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -36,6 +38,11 @@ topics_cli = typer.Typer(help="The topic registry clients see in Metadata.")
 MAX_REDIRECTS = 5
 
 
+def seg(value: str) -> str:
+    """One URL path segment: a group id may hold '/', '%', '?' or '#'."""
+    return quote(value, safe="")
+
+
 def call(method: str, url: str, path: str, token: str | None, body: Any = None) -> Any:
     """One admin call; a 307/308 to the node that owns the group is followed by hand, since
     httpx drops the Authorization header on a redirect to another origin (another port)."""
@@ -50,17 +57,17 @@ def call(method: str, url: str, path: str, token: str | None, body: Any = None) 
                     break
                 target = str(r.url.join(location))
             else:
-                err.print(f"[red]too many redirects (last: {target})[/red]")
+                err.print(f"[red]too many redirects (last: {escape(target)})[/red]")
                 raise typer.Exit(1)
     except httpx.HTTPError as e:
-        err.print(f"[red]cannot reach {target}: {e}[/red]")
+        err.print(f"[red]cannot reach {escape(target)}: {escape(str(e))}[/red]")
         raise typer.Exit(2) from e
     if r.status_code >= 400:
         try:
             detail = r.json().get("detail", r.text)
         except ValueError:
             detail = r.text
-        err.print(f"[red]error {r.status_code}: {detail}[/red]")
+        err.print(f"[red]error {r.status_code}: {escape(str(detail))}[/red]")
         raise typer.Exit(1)
     return r.json() if r.content else None
 
@@ -70,11 +77,11 @@ def show(data: Any, as_json: bool, title: str, columns: list[str]) -> None:
         typer.echo(json.dumps(data, indent=2))
         return
     rows = data if isinstance(data, list) else [data]
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for c in columns:
         table.add_column(c)
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        table.add_row(*("" if row.get(c) is None else escape(str(row.get(c))) for c in columns))
     console.print(table)
 
 
@@ -85,7 +92,7 @@ def groups_list(
     as_json: Json = False,
     state: Annotated[str | None, typer.Option(help="only groups in this state")] = None,
 ) -> None:
-    path = "/groups" + (f"?state={state}" if state else "")
+    path = "/groups" + (f"?{urlencode({'state': state})}" if state else "")
     show(
         call("GET", url, path, token),
         as_json,
@@ -98,16 +105,19 @@ def groups_list(
 def groups_describe(
     group_id: str, url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False
 ) -> None:
-    g = call("GET", url, f"/groups/{group_id}", token)
+    g = call("GET", url, f"/groups/{seg(group_id)}", token)
     if as_json:
         typer.echo(json.dumps(g, indent=2))
         return
     console.print(
-        f"[bold]{g['group_id']}[/bold]  state={g['state']}  generation={g['generation']}  "
-        f"protocol={g['protocol_type']}/{g['protocol_name']}  leader={g['leader']}"
+        f"[bold]{escape(g['group_id'])}[/bold]  state={g['state']}  "
+        f"generation={g['generation']}  "
+        f"protocol={escape(str(g['protocol_type']))}/{escape(str(g['protocol_name']))}  "
+        f"leader={escape(str(g['leader']))}"
     )
     if g.get("registered_static_members"):
-        console.print(f"registered, not yet joined: {', '.join(g['registered_static_members'])}")
+        joined = ", ".join(g["registered_static_members"])
+        console.print(f"registered, not yet joined: {escape(joined)}")
     table = Table(title="members")
     for c in ("member_id", "group_instance_id", "client_id", "host", "assignment"):
         table.add_column(c)
@@ -119,9 +129,8 @@ def groups_describe(
             if parts is not None
             else f"{a.get('size', 0)} bytes"
         )
-        table.add_row(
-            m["member_id"], m["group_instance_id"] or "", m["client_id"], m["client_host"], assigned
-        )
+        cells = (m["member_id"], m["group_instance_id"] or "", m["client_id"], m["client_host"])
+        table.add_row(*(escape(c) for c in cells), escape(assigned))
     console.print(table)
     show(g["offsets"], False, "committed offsets", ["topic", "partition", "offset"])
 
@@ -137,11 +146,12 @@ def groups_register(
 ) -> None:
     """Pre-register static members so their scale-up costs one rebalance."""
     body = {"group_instance_ids": instance_ids, "expansion_timeout_ms": expansion_timeout_ms}
-    g = call("POST", url, f"/groups/{group_id}/static-members", token, body)
+    g = call("POST", url, f"/groups/{seg(group_id)}/static-members", token, body)
     if as_json:
         typer.echo(json.dumps(g, indent=2))
     else:
-        console.print(f"registered for {group_id}: {', '.join(g['registered_static_members'])}")
+        ids = ", ".join(g["registered_static_members"])
+        console.print(f"registered for {escape(group_id)}: {escape(ids)}")
 
 
 @groups_cli.command("rebalance")
@@ -152,7 +162,7 @@ def groups_rebalance(
     token: Token = None,
     as_json: Json = False,
 ) -> None:
-    r = call("POST", url, f"/groups/{group_id}/rebalance", token, {"reason": reason})
+    r = call("POST", url, f"/groups/{seg(group_id)}/rebalance", token, {"reason": reason})
     typer.echo(json.dumps(r, indent=2) if as_json else f"{group_id}: {r['result']}")
 
 
@@ -161,13 +171,13 @@ def groups_remove_member(
     group_id: str, group_instance_id: str, url: Url = DEFAULT_URL, token: Token = None
 ) -> None:
     """Remove a static member (or withdraw its registration); the group rebalances."""
-    call("DELETE", url, f"/groups/{group_id}/static-members/{group_instance_id}", token)
+    call("DELETE", url, f"/groups/{seg(group_id)}/static-members/{seg(group_instance_id)}", token)
     typer.echo(f"removed {group_instance_id} from {group_id}")
 
 
 @groups_cli.command("delete")
 def groups_delete(group_id: str, url: Url = DEFAULT_URL, token: Token = None) -> None:
-    call("DELETE", url, f"/groups/{group_id}", token)
+    call("DELETE", url, f"/groups/{seg(group_id)}", token)
     typer.echo(f"deleted {group_id}")
 
 
@@ -190,11 +200,11 @@ def groups_offsets(
                 topic, partition = tp.rsplit(":", 1)
                 offsets.append({"topic": topic, "partition": int(partition), "offset": int(offset)})
             except ValueError as e:
-                err.print(f"[red]--set {item!r} is not topic:partition=offset[/red]")
+                err.print(f"[red]--set {escape(repr(item))} is not topic:partition=offset[/red]")
                 raise typer.Exit(2) from e
-        data = call("POST", url, f"/groups/{group_id}/offsets", token, {"offsets": offsets})
+        data = call("POST", url, f"/groups/{seg(group_id)}/offsets", token, {"offsets": offsets})
     else:
-        data = call("GET", url, f"/groups/{group_id}/offsets", token)
+        data = call("GET", url, f"/groups/{seg(group_id)}/offsets", token)
     show(data, as_json, f"offsets of {group_id}", ["topic", "partition", "offset", "metadata"])
 
 
@@ -218,7 +228,7 @@ def topics_alter(
     url: Url = DEFAULT_URL,
     token: Token = None,
 ) -> None:
-    call("PATCH", url, f"/topics/{name}", token, {"partitions": partitions})
+    call("PATCH", url, f"/topics/{seg(name)}", token, {"partitions": partitions})
     typer.echo(f"{name} now has {partitions} partitions")
 
 

@@ -34,7 +34,12 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     event_log = await EventLog.open(
         settings.database_url, lock_wait_ms=max(settings.lease_ttl_ms // 4, 250)
     )
-    writer = LogWriter(event_log, settings.node_id)
+    writer = LogWriter(
+        event_log,
+        settings.node_id,
+        max_record_bytes=settings.max_record_bytes,
+        max_queued_records=settings.max_queued_records,
+    )
     writer.start()
     node = CoordinatorNode(settings, event_log, writer)
     # build the API table (kio's classes, ~2 s) before claiming leases, not on the first

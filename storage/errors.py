@@ -84,3 +84,11 @@ def _describe(e: BaseException) -> str:
     orig = getattr(e, "orig", None)
     cause = orig if isinstance(orig, BaseException) else e
     return f"{type(cause).__name__}: {cause}"
+
+
+class RecordTooLarge(StorageError):
+    """A record is larger than the log accepts (COORD_MAX_RECORD_BYTES); nothing was written."""
+
+
+class WriterBusy(StorageError):
+    """The writer's queue is full (COORD_MAX_QUEUED_RECORDS); retry shortly."""

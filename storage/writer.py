@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from storage.envelope import AppendBatch, EnvelopeLike
-from storage.errors import FencedError, StorageError, WriterStopped
+from storage.errors import FencedError, RecordTooLarge, StorageError, WriterBusy, WriterStopped
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECORDS_PER_TXN = 5000
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_QUEUED_RECORDS = 100_000
 
 
 class Appender(Protocol):
@@ -51,12 +53,17 @@ class LogWriter:
         node_id: int,
         *,
         max_records_per_txn: int = DEFAULT_MAX_RECORDS_PER_TXN,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_queued_records: int = DEFAULT_MAX_QUEUED_RECORDS,
     ) -> None:
         if max_records_per_txn < 1:
             raise ValueError("max_records_per_txn must be >= 1")
         self._log = log
         self.node_id = node_id
         self.max_records_per_txn = max_records_per_txn
+        self.max_record_bytes = max_record_bytes
+        self.max_queued_records = max_queued_records
+        self._queued_records = 0
         self._queue: collections.deque[_Submission] = collections.deque()
         self._inflight: list[_Submission] = []
         self._wakeup = asyncio.Event()
@@ -101,6 +108,17 @@ class LogWriter:
         if self._closed:
             fut.set_exception(WriterStopped("log writer is stopped"))
             return fut
+        for r in records:
+            size = len(r.key) + len(r.value or b"")
+            if size > self.max_record_bytes:
+                fut.set_exception(
+                    RecordTooLarge(f"a record of {size} bytes (at most {self.max_record_bytes})")
+                )
+                return fut
+        if records and self._queued_records + len(records) > self.max_queued_records:
+            fut.set_exception(WriterBusy(f"{self._queued_records} records queued for the log"))
+            return fut
+        self._queued_records += len(records)
         self._queue.append(_Submission(partition, epoch, records, fut))
         self._wakeup.set()
         return fut
@@ -128,6 +146,7 @@ class LogWriter:
                 _fail(s, stopped)
             self._inflight = []
             self._queue.clear()
+            self._queued_records = 0
 
     def _take(self) -> list[_Submission]:
         """The oldest submissions, up to max_records_per_txn records (at least one)."""
@@ -137,6 +156,7 @@ class LogWriter:
             s = self._queue.popleft()
             txn.append(s)
             n += len(s.records)
+        self._queued_records -= n
         return txn
 
     async def _commit(self, txn: list[_Submission]) -> None:

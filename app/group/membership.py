@@ -117,7 +117,12 @@ class Membership:
         if req.group_instance_id is not None:
             self._join_new_static_member(handle, group, req, member_id, now, out)
         elif req.require_known_member_id:
-            # protocol.md §4.4 (KIP-394): hand out an id, change nothing else
+            # protocol.md §4.4 (KIP-394): hand out an id, change nothing else; the ids handed
+            # out and not yet used are bounded, or a flood of first joins would grow the
+            # group without bound (protocol.md §4.2)
+            if len(group.transient.pending_members) >= self.config.max_pending_members:
+                out.reply(handle, join_error(Error.GROUP_MAX_SIZE_REACHED))
+                return
             group.transient.pending_members.add(member_id)
             self.queue.schedule(
                 pending_key(group.group_id, member_id), now + req.session_timeout_ms

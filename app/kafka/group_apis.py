@@ -121,7 +121,10 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_join_group(req, ctx.client_id, ctx.client_host)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
-        "JoinGroup", internal.group_id, lambda core, h, now: core.join_group(h, internal, now)
+        "JoinGroup",
+        internal.group_id,
+        lambda core, h, now: core.join_group(h, internal, now),
+        creates_group=True,
     )
     return encode_join_group(resp, ctx.api_version)
 

@@ -117,6 +117,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
                 "OffsetCommit",
                 internal.group_id,
                 lambda core, h, now: core.offset_commit(h, internal, now),
+                creates_group=True,
             )
         except CoordinatorError as e:
             # partitions refused at the edge keep their own error; the rest get the group's

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -54,6 +55,32 @@ class NodeMetrics:
             registry=r,
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60),
         )
+
+        self.loop_lag = Histogram(
+            "coordinator_event_loop_lag_seconds",
+            "how late a timer of the event loop fires (a request that stalls the loop shows here)",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.loop_lag_max = Gauge(
+            "coordinator_event_loop_lag_max_seconds",
+            "the largest event-loop lag seen in the last 10 s",
+            registry=r,
+        )
+
+    async def watch_loop_lag(self, interval: float = 0.1, window: int = 100) -> None:
+        """Sleep `interval` over and over and record how late each wake-up is."""
+        loop = asyncio.get_running_loop()
+        recent: list[float] = []
+        while True:
+            expected = loop.time() + interval
+            await asyncio.sleep(interval)
+            lag = max(loop.time() - expected, 0.0)
+            self.loop_lag.observe(lag)
+            recent.append(lag)
+            if len(recent) > window:
+                del recent[0]
+            self.loop_lag_max.set(max(recent))
 
     def observe_append(self, records: int, seconds: float) -> None:
         self.append_records.observe(records)

@@ -60,12 +60,14 @@ class CoordinatorNode:
                 "JoinGroup": self.metrics.join_seconds,
                 "SyncGroup": self.metrics.sync_seconds,
             },
+            max_groups=settings.max_groups,
         )
         core_config = CoreConfig(
             min_session_timeout_ms=settings.min_session_timeout_ms,
             max_session_timeout_ms=settings.max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
             group_max_size=settings.group_max_size,
+            max_pending_members=settings.max_pending_members,
             offsets_retention_ms=settings.offsets_retention_ms,
             offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
         )
@@ -192,6 +194,7 @@ class CoordinatorNode:
         if self.owns_metadata():
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
+        self._tasks.append(asyncio.create_task(self.metrics.watch_loop_lag(), name="loop-lag"))
 
     async def tick(self) -> None:
         await self.leasing.tick()

@@ -28,7 +28,7 @@ from app.group.messages import Error
 from app.group.results import AppendFailure, Continuation, Reply, Result
 from app.runtime.placement import partition_for
 from app.service import CoordinatorError, GroupRead, GroupWrite
-from storage.errors import FencedError, StorageError
+from storage.errors import FencedError, RecordTooLarge, StorageError, WriterBusy
 from storage.writer import LogWriter
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ def append_failure(exc: BaseException) -> AppendFailure:
     """The one mapping from a storage exception to what the core is told of a failed append."""
     if isinstance(exc, FencedError):
         return AppendFailure.NOT_OWNER
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, RecordTooLarge):
+        return AppendFailure.TOO_LARGE
+    if isinstance(exc, TimeoutError | WriterBusy):
         return AppendFailure.TIMEOUT
     return AppendFailure.STORAGE
 
@@ -81,6 +83,7 @@ class CoordinatorRuntime:
         log_partitions: int,
         writer: LogWriter,
         op_seconds: dict[str, Any] | None = None,
+        max_groups: int = 250_000,
     ) -> None:
         self.node_id = node_id
         self.log_partitions = log_partitions
@@ -93,6 +96,10 @@ class CoordinatorRuntime:
         self._op_seconds = op_seconds or {}  # operation name -> latency histogram
         self.retired_rebalances: dict[str, int] = {}  # counts of unloaded partitions
         self.lease_changes = 0
+        self.max_groups = max_groups
+
+    def group_count(self) -> int:
+        return sum(len(p.core.groups) for p in self.partitions.values() if p.core is not None)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -119,11 +126,21 @@ class CoordinatorRuntime:
         group_id: str,
         op: GroupWrite,
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+        creates_group: bool = False,
     ) -> Any:
-        """Run `op` on the group's core now; await the reply it (or its write) releases."""
+        """Run `op` on the group's core now; await the reply it (or its write) releases.
+        `creates_group`: the operation makes an unknown group, which the node's bound on
+        groups may refuse (COORD_MAX_GROUPS)."""
         p = self.route(group_id, loading_error)
         core = p.core
         assert core is not None
+        if creates_group and group_id not in core.groups:
+            held = self.group_count()
+            if held >= self.max_groups:
+                raise CoordinatorError(
+                    Error.COORDINATOR_NOT_AVAILABLE,
+                    f"this node holds {held} groups (COORD_MAX_GROUPS)",
+                )
         loop = self._loop or asyncio.get_running_loop()
         handle = next(self._handles)
         fut: asyncio.Future[Any] = loop.create_future()

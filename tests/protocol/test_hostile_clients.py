@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +131,46 @@ async def test_idle_connections_are_closed(node: RunningNode) -> None:
         idle.build_request(18, 3, client_software_name="x", client_software_version="1")
     )
     await idle.wait_closed(5)
+
+
+async def test_a_stalled_event_loop_shows_in_the_lag_metric(node: RunningNode) -> None:
+    registry = node.node.metrics.registry
+    await asyncio.sleep(0.3)  # the watcher's first rounds
+    time.sleep(0.4)  # what a request that blocks the loop would do
+    await asyncio.sleep(0.3)
+    assert (registry.get_sample_value("coordinator_event_loop_lag_max_seconds") or 0) >= 0.3
+    over = registry.get_sample_value("coordinator_event_loop_lag_seconds_bucket", {"le": "0.25"})
+    total = registry.get_sample_value("coordinator_event_loop_lag_seconds_count")
+    assert over is not None and total is not None and total - over >= 1
+
+
+def commit_errors(resp: Any) -> list[int]:
+    return [p.error_code for t in resp.topics for p in t.partitions]
+
+
+@pytest.mark.node_settings(max_groups=5)
+async def test_a_node_holds_a_bounded_number_of_groups(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    """OffsetCommits with generation -1 naming ever new group ids, then JoinGroups."""
+    for i in range(5):
+        assert commit_errors(await client.offset_commit(f"junk-{i}", {("t1", 0): i})) == [0]
+    refused = await client.offset_commit("junk-5", {("t1", 0): 5})
+    assert commit_errors(refused) == [Error.COORDINATOR_NOT_AVAILABLE]
+    joined = await client.join_group("junk-6", "", version=9)
+    assert joined.error_code == Error.COORDINATOR_NOT_AVAILABLE
+    # the groups it holds are served as before
+    assert commit_errors(await client.offset_commit("junk-0", {("t1", 0): 9})) == [0]
+    assert node.node.runtime.group_count() == 5
+
+
+@pytest.mark.node_settings(max_record_bytes=2048)
+async def test_a_record_over_the_limit_fails_its_request_and_keeps_state(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    ok = await client.offset_commit("g", {("t1", 0): 1}, metadata="m")
+    assert commit_errors(ok) == [0]
+    big = await client.offset_commit("g", {("t1", 0): 2}, metadata="x" * 3000)
+    assert commit_errors(big) == [Error.INVALID_COMMIT_OFFSET_SIZE]  # Kafka's error for it
+    fetched = await client.offset_fetch("g", [("t1", 0)])
+    assert [p.committed_offset for t in fetched.groups[0].topics for p in t.partitions] == [1]

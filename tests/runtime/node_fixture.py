@@ -60,7 +60,12 @@ async def running_node(
     event_log = await EventLog.open(settings.database_url)
     if prepare is not None:
         prepare(event_log)
-    writer = LogWriter(event_log, settings.node_id)
+    writer = LogWriter(
+        event_log,
+        settings.node_id,
+        max_record_bytes=settings.max_record_bytes,
+        max_queued_records=settings.max_queued_records,
+    )
     writer.start()
     node = CoordinatorNode(settings, event_log, writer)
     await node.start()

@@ -20,7 +20,9 @@ from storage.errors import (
     FencedError,
     IntegrityError,
     OperationalError,
+    RecordTooLarge,
     StorageError,
+    WriterBusy,
     WriterStopped,
 )
 from storage.log import AppendBatch, EventLog, LeaseRow, StoredRecord
@@ -299,6 +301,32 @@ class EventLogSuite:
         first2 = owners.index(NODE2)
         assert set(owners[:first2]) == {NODE1} and set(owners[first2:]) == {NODE2}
         assert stored[first2].epoch == e2
+
+    async def test_a_record_over_the_limit_fails_alone_and_nothing_is_written(
+        self, log: EventLog
+    ) -> None:
+        epoch = await self.lease(log, 0)
+        writer = LogWriter(log, NODE1, max_record_bytes=64)
+        writer.start()
+        big = writer.submit(0, epoch, [rec(1, b"x" * 100)])
+        small = writer.submit(0, epoch, [rec(2, b"x" * 10)])
+        with pytest.raises(RecordTooLarge):
+            await big
+        assert await small == 0
+        await writer.stop()
+        assert [s.key for s in await read_all(log, 0)] == [b"k2"]
+
+    async def test_a_full_writer_queue_refuses_more_until_it_drains(self, log: EventLog) -> None:
+        epoch = await self.lease(log, 0)
+        writer = LogWriter(log, NODE1, max_queued_records=100)
+        queued = [writer.submit(0, epoch, [rec(i)]) for i in range(100)]  # not started: queued
+        refused = writer.submit(0, epoch, [rec(100)])
+        with pytest.raises(WriterBusy):
+            await refused
+        writer.start()
+        await asyncio.gather(*queued)
+        assert await writer.submit(0, epoch, [rec(101)]) == 100  # drained: accepted again
+        await writer.stop()
 
     # --- leases --------------------------------------------------------------------------------
 

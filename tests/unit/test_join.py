@@ -577,3 +577,13 @@ def test_group_rebalance_timeout_is_the_max_over_members() -> None:
     ctx.join(member_id=sg.leader, rebalance_ms=50_000)
     assert ctx.group().rebalance_timeout_ms() == 50_000
     assert ctx.coordinator.timers[("join", GROUP)] == ctx.now + 50_000
+
+
+def test_member_ids_handed_out_and_unused_are_bounded() -> None:
+    """A flood of first joins (MEMBER_ID_REQUIRED) cannot grow a group without bound."""
+    ctx = Context(CoreConfig(max_pending_members=3, initial_rebalance_delay_ms=0))
+    errors = [ctx.join_reply(ctx.join(client_id=f"c{i}")).error for i in range(5)]
+    assert errors == [Error.MEMBER_ID_REQUIRED] * 3 + [Error.GROUP_MAX_SIZE_REACHED] * 2
+    # once a pending id expires its place is free again
+    ctx.advance(SESSION_MS + 1)
+    assert ctx.join_reply(ctx.join(client_id="late")).error == Error.MEMBER_ID_REQUIRED
