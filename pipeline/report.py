@@ -189,17 +189,7 @@ def write_report(spark: Any, out_dir: str, result: Any) -> Path:
         .limit(500)
         .collect()
     )
-    plots = {
-        "rebalances_over_time.png": _plot_rebalances(reason_buckets, lo, width),
-        "time_in_rebalance_per_group.png": _plot_time_per_group(top_groups),
-        "partitions_moved_per_rebalance.png": _plot_moved(moved_hist),
-        "static_restarts_absorbed.png": _plot_absorbed(reason_buckets, absorbed_buckets, lo, width),
-    }
-    for name, fig in plots.items():
-        fig.savefig(out / name, dpi=110)
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
+    write_plots(out, reason_buckets, absorbed_buckets, lo, width, top_groups, moved_hist)
 
     # ---- report.md ----------------------------------------------------------------------------
     inv = result.invariants
@@ -539,6 +529,32 @@ def _plot_rebalances(rows: list[Any], lo: int, width: int) -> Any:
     fig.autofmt_xdate()
     fig.tight_layout()
     return fig
+
+
+def write_plots(
+    out: Path,
+    reason_buckets: list[Any],
+    absorbed_buckets: dict[int, int],
+    lo: int,
+    width: int,
+    top_groups: list[Any],
+    moved_hist: list[Any],
+) -> None:
+    import matplotlib.pyplot as plt
+
+    # group ids and rebalance reasons are client and operator text: "$" must not start TeX
+    with plt.rc_context({"text.parse_math": False}):
+        plots = {
+            "rebalances_over_time.png": _plot_rebalances(reason_buckets, lo, width),
+            "time_in_rebalance_per_group.png": _plot_time_per_group(top_groups),
+            "partitions_moved_per_rebalance.png": _plot_moved(moved_hist),
+            "static_restarts_absorbed.png": _plot_absorbed(
+                reason_buckets, absorbed_buckets, lo, width
+            ),
+        }
+        for name, fig in plots.items():
+            fig.savefig(out / name, dpi=110)
+            plt.close(fig)
 
 
 def _plot_time_per_group(rows: list[Any]) -> Any:

@@ -8,6 +8,7 @@ exactly one of the two files. Rows stream in pages; memory stays bounded by one 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,14 +39,17 @@ class ExportManifest:
 
 
 async def export(event_log: EventLog, out: Path, page_rows: int = 50_000) -> ExportManifest:
+    """One consistent snapshot as Parquet, replaced atomically: the old manifest goes first, the
+    files are written under temporary names and renamed, the new manifest last. A crash at any
+    point leaves either no manifest (no export to read) or a manifest of complete files."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)
+    tmp_log, tmp_history = out / ".log.parquet.tmp", out / ".history.parquet.tmp"
     async with event_log.snapshot() as conn:
-        log_rows, end_offsets = await _dump(
-            conn, log_records, LOG_SCHEMA, out / "log.parquet", page_rows
-        )
-        history_rows, _ = await _dump(
-            conn, log_history, HISTORY_SCHEMA, out / "history.parquet", page_rows
-        )
+        log_rows, end_offsets = await _dump(conn, log_records, LOG_SCHEMA, tmp_log, page_rows)
+        history_rows, _ = await _dump(conn, log_history, HISTORY_SCHEMA, tmp_history, page_rows)
+    _durable_rename(tmp_log, out / "log.parquet")
+    _durable_rename(tmp_history, out / "history.parquet")
     manifest = ExportManifest(
         exported_at_ms=time.time_ns() // 1_000_000,
         log_rows=log_rows,
@@ -53,8 +57,21 @@ async def export(event_log: EventLog, out: Path, page_rows: int = 50_000) -> Exp
         end_offsets=end_offsets,
         files={"log": "log.parquet", "history": "history.parquet"},
     )
-    (out / "manifest.json").write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+    tmp_manifest = out / ".manifest.json.tmp"
+    tmp_manifest.write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+    _durable_rename(tmp_manifest, out / "manifest.json")
     return manifest
+
+
+def _durable_rename(src: Path, dst: Path) -> None:
+    with open(src, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(src, dst)
+    dir_fd = os.open(dst.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 async def _dump(

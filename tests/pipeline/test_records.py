@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from app.group.records import (
     OFFSET_SOURCE_MEMBER,
     OFFSET_SOURCE_RESET,
@@ -54,3 +56,20 @@ def test_static_leader_rejoin_records_skip_assignment() -> None:
     recs = [v for v in ctx.group_records(durable=True) if v is not None]
     assert [v.generation for v in recs[-3:]] == [g.generation] * 3  # no rebalance
     assert [v.skip_assignment for v in recs[-3:]] == [True, False, False]
+
+
+def test_plots_take_group_ids_and_reasons_as_plain_text(tmp_path: Path) -> None:
+    """A group id such as "$\\frac{$" once made matplotlib's TeX parser fail the report."""
+    from pipeline.report import write_plots
+
+    nasty = "$\\frac{$"
+    write_plots(
+        tmp_path,
+        [{"b": 0, "reason": f"admin: {nasty}", "count": 2}],
+        {0: 1},
+        0,
+        1000,
+        [{"group_id": nasty, "time_in_rebalance_ms": 1500, "rebalances": 2}],
+        [{"partitions_moved": 3, "count": 1}],
+    )
+    assert len(list(tmp_path.glob("*.png"))) == 4

@@ -77,3 +77,44 @@ async def test_export_writes_log_and_history_as_one_consistent_parquet_snapshot(
     assert {r["offset"] for r in history}.isdisjoint(
         {r["offset"] for r in log if r["partition"] == history[0]["partition"]}
     )
+
+
+async def test_an_export_that_dies_midway_leaves_no_manifest_of_mixed_files(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    import pytest
+
+    import storage.export as ex
+
+    out = tmp_path / "export"
+    async with running_node(tmp_path) as n:
+        c = await n.client()
+        await c.offset_commit(GROUP, {("t1", 0): 1})
+        first = await ex.export(n.log, out)
+        old_log = (out / "log.parquet").read_bytes()
+        await c.offset_commit(GROUP, {("t1", 0): 2})
+        real_dump = ex._dump
+        calls = 0
+
+        async def dies_on_history(*args: object, **kw: object) -> object:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise OSError("disk full")
+            return await real_dump(*args, **kw)  # type: ignore[arg-type]
+
+        mp = pytest.MonkeyPatch()
+        mp.setattr(ex, "_dump", dies_on_history)
+        with pytest.raises(Exception, match="disk full"):
+            await ex.export(n.log, out)
+        mp.undo()
+        # no manifest: nobody reads the new log file beside the old manifest's numbers
+        assert not (out / "manifest.json").exists()
+        assert (out / "log.parquet").read_bytes() == old_log  # the new one never replaced it
+        second = await ex.export(n.log, out)
+        await c.close()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["log_rows"] == second.log_rows == first.log_rows + 1
+    assert not list(out.glob(".*.tmp"))
