@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     max_connections_per_ip: int = Field(default=1_000, ge=1)
     connections_max_idle_ms: int = Field(default=600_000, ge=1000)
     frame_deadline_ms: int = Field(default=30_000, ge=100)
+    max_inflight_requests: int = Field(default=1024, ge=2)
+    max_queued_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_client_id_bytes: int = Field(default=4096, ge=16, le=32767)
     max_request_elements: int = Field(default=100_000, ge=100)
     max_record_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)

@@ -59,6 +59,8 @@ def serve(
     max_connections_per_ip: Annotated[int | None, Opt()] = None,
     connections_max_idle_ms: Annotated[int | None, Opt()] = None,
     frame_deadline_ms: Annotated[int | None, Opt()] = None,
+    max_inflight_requests: Annotated[int | None, Opt()] = None,
+    max_queued_reply_bytes: Annotated[int | None, Opt()] = None,
     max_client_id_bytes: Annotated[int | None, Opt()] = None,
     max_request_elements: Annotated[int | None, Opt()] = None,
     max_groups: Annotated[int | None, Opt()] = None,

@@ -32,11 +32,6 @@ from app.service import CoordinatorError, CoordinatorService
 
 log = logging.getLogger(__name__)
 
-# Reading pauses when this many replies are outstanding on one connection, and resumes below
-# the low-water mark; the transport's own write buffer limits pause it too.
-MAX_IN_FLIGHT: Final = 1024
-RESUME_IN_FLIGHT: Final = MAX_IN_FLIGHT // 2
-
 
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
@@ -47,6 +42,11 @@ class ServerLimits:
     max_connections_per_ip: int = 1_000  # Kafka: max.connections.per.ip
     connections_max_idle_ms: int = 600_000  # Kafka: connections.max.idle.ms
     frame_deadline_ms: int = 30_000  # a frame begun must be complete within this (slow senders)
+    # Reading pauses while this many requests are unanswered on one connection, or this many
+    # reply bytes wait behind an unanswered one (a parked JoinGroup or Fetch), or the
+    # transport's write buffer is full (a client that does not read); it resumes at half.
+    max_inflight_requests: int = 1024
+    max_queued_reply_bytes: int = 8 * 1024 * 1024
     decode: DecodeLimits = field(default_factory=DecodeLimits)
 
     @classmethod
@@ -57,6 +57,8 @@ class ServerLimits:
             max_connections_per_ip=s.max_connections_per_ip,
             connections_max_idle_ms=s.connections_max_idle_ms,
             frame_deadline_ms=s.frame_deadline_ms,
+            max_inflight_requests=s.max_inflight_requests,
+            max_queued_reply_bytes=s.max_queued_reply_bytes,
             decode=DecodeLimits(s.max_client_id_bytes, s.max_request_elements),
         )
 
@@ -90,6 +92,9 @@ class KafkaConnection(asyncio.Protocol):
         self.last_active = 0.0  # loop time of the last byte read or reply written
         self._need = 4  # bytes `_buf` must hold before the next frame can be complete
         self._slots: deque[_Slot] = deque()
+        self._queued_bytes = 0  # reply bytes ready in `_slots`, waiting behind an earlier one
+        self._max_inflight = server.limits.max_inflight_requests
+        self._max_queued_bytes = server.limits.max_queued_reply_bytes
         self._transport: asyncio.Transport | None = None
         self._closed: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,10 +137,16 @@ class KafkaConnection(asyncio.Protocol):
             # A frame is partly buffered: only join once it can be complete (a large frame
             # arriving in many chunks is then copied once, not once per chunk).
             buf += data
-            if len(buf) < self._need:
+            if len(buf) < self._need or self._reading_paused:
                 return
             data = bytes(buf)
             buf.clear()
+        self._consume(data)
+
+    def _consume(self, data: bytes) -> None:
+        """Serve the complete frames of `data` and keep the rest. One read may hold thousands
+        of small frames: serving stops as soon as the connection must stop reading (too many
+        requests or reply bytes in flight), and the rest waits in `_buf` until it resumes."""
         pos = 0
         available = len(data)
         while True:
@@ -154,8 +165,20 @@ class KafkaConnection(asyncio.Protocol):
             pos = end
             if self._closing:
                 return
+            if self._reading_paused:
+                self._need = 4
+                break
         if pos < available:
-            buf += memoryview(data)[pos:]
+            self._buf += memoryview(data)[pos:]
+
+    def _resume_buffered(self) -> None:
+        """Reading resumed: serve the frames that arrived while it was paused."""
+        if self._buf and not self._reading_paused and not self._closing:
+            data = bytes(self._buf)
+            self._buf.clear()
+            if self._loop is not None:
+                self._frame_started = self._loop.time()
+            self._consume(data)
 
     def eof_received(self) -> bool | None:
         self._write_out()  # the replies already made go out before the transport closes
@@ -174,7 +197,11 @@ class KafkaConnection(asyncio.Protocol):
         """Called about once a second: slow senders and idle connections are closed."""
         if self._closing:
             return
-        if self._buf and now - self._frame_started > limits.frame_deadline_ms / 1000:
+        if (
+            self._buf
+            and not self._reading_paused  # paused by us: complete frames may wait here
+            and now - self._frame_started > limits.frame_deadline_ms / 1000
+        ):
             self.abort(
                 f"a frame begun {now - self._frame_started:.0f} s ago is still incomplete "
                 f"({len(self._buf)} bytes of {self._need})"
@@ -278,6 +305,7 @@ class KafkaConnection(asyncio.Protocol):
         if data is None:
             return  # abort() already closed the connection
         slot.data = data
+        self._queued_bytes += len(data)
         self._flush()
 
     def _error_result(
@@ -347,12 +375,15 @@ class KafkaConnection(asyncio.Protocol):
             self._write(data)
         else:
             self._slots.append(_Slot(data))
+            self._queued_bytes += len(data)
+            self._update_reading()
 
     def _flush(self) -> None:
         slots = self._slots
         while slots and slots[0].data is not None:
             data = slots.popleft().data
             if data:
+                self._queued_bytes -= len(data)
                 self._write(data)
         self._update_reading()
 
@@ -380,10 +411,20 @@ class KafkaConnection(asyncio.Protocol):
         if transport is None or self._closing:
             return
         if self._reading_paused:
-            if not self._write_paused and len(self._slots) < RESUME_IN_FLIGHT:
+            if (
+                not self._write_paused
+                and len(self._slots) < self._max_inflight // 2
+                and self._queued_bytes < self._max_queued_bytes // 2
+            ):
                 self._reading_paused = False
                 transport.resume_reading()
-        elif self._write_paused or len(self._slots) >= MAX_IN_FLIGHT:
+                if self._buf and self._loop is not None:
+                    self._loop.call_soon(self._resume_buffered)
+        elif (
+            self._write_paused
+            or len(self._slots) >= self._max_inflight
+            or self._queued_bytes >= self._max_queued_bytes
+        ):
             self._reading_paused = True
             transport.pause_reading()
 

@@ -16,7 +16,7 @@ from app.group.messages import Error
 from tests.fuzz.frames import CORPUS
 from tests.protocol.groups import stable_group
 from tests.runtime.node_fixture import RunningNode
-from tests.support.kafka_client import KafkaTestClient
+from tests.support.kafka_client import KafkaTestClient, encode_request
 from tests.support.nodes import CoordinatorProcess
 
 
@@ -174,3 +174,97 @@ async def test_a_record_over_the_limit_fails_its_request_and_keeps_state(
     assert commit_errors(big) == [Error.INVALID_COMMIT_OFFSET_SIZE]  # Kafka's error for it
     fetched = await client.offset_fetch("g", [("t1", 0)])
     assert [p.committed_offset for t in fetched.groups[0].topics for p in t.partitions] == [1]
+
+
+async def pipelined_conn(
+    node: RunningNode, frames: list[bytes]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that writes requests back to back and does not read (yet)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+    writer.write(b"".join(frames))
+    return reader, writer
+
+
+async def read_replies(reader: asyncio.StreamReader, n: int) -> list[int]:
+    """The correlation ids of the next `n` replies."""
+    ids = []
+    for _ in range(n):
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        ids.append(struct.unpack_from(">i", await reader.readexactly(size))[0])
+    return ids
+
+
+def server_conn(node: RunningNode, client_id_port: int) -> Any:
+    (conn,) = [c for c in node.server.connections if c._peer.endswith(f":{client_id_port}")]
+    return conn
+
+
+@pytest.mark.node_settings(max_inflight_requests=64, initial_rebalance_delay_ms=1500)
+async def test_requests_piled_behind_a_parked_join_stop_the_reading(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    m, gen = await stable_group(client, "steady")  # delay: parks ~1.5 s, then Stable
+    join = KafkaTestClient.build_request(
+        11,
+        9,
+        group_id="parked",
+        session_timeout=10_000,
+        rebalance_timeout=10_000,
+        member_id="",
+        group_instance_id="i",
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b""}],
+        reason=None,
+    )
+    hb = KafkaTestClient.build_request(
+        12, 4, group_id="nope", generation_id=1, member_id="x", group_instance_id=None
+    )
+    frames = [encode_request(join, 0, "pipeliner")]
+    frames += [encode_request(hb, i, "pipeliner") for i in range(1, 5000)]
+    reader, writer = await pipelined_conn(node, frames)
+    port = writer.get_extra_info("sockname")[1]
+    await asyncio.sleep(0.5)
+    conn = server_conn(node, port)
+    assert conn._reading_paused  # it stopped reading: 64 unanswered, the rest in the socket
+    assert len(conn._slots) <= 64
+    await assert_member_unharmed(client, "steady", m, gen)
+    # once the join completes every request is answered, in order
+    ids = await asyncio.wait_for(read_replies(reader, 5000), 30)
+    assert ids == list(range(5000))
+    writer.close()
+
+
+@pytest.mark.node_settings(max_queued_reply_bytes=4096, initial_rebalance_delay_ms=1500)
+async def test_reply_bytes_piled_behind_a_parked_join_stop_the_reading(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    join = KafkaTestClient.build_request(
+        11,
+        9,
+        group_id="parked",
+        session_timeout=10_000,
+        rebalance_timeout=10_000,
+        member_id="",
+        group_instance_id="i",
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b""}],
+        reason=None,
+    )
+    meta = KafkaTestClient.build_request(
+        3,
+        12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    frames = [encode_request(join, 0, "pipeliner")]
+    frames += [encode_request(meta, i, "pipeliner") for i in range(1, 500)]
+    reader, writer = await pipelined_conn(node, frames)
+    port = writer.get_extra_info("sockname")[1]
+    await asyncio.sleep(0.5)
+    conn = server_conn(node, port)
+    assert conn._reading_paused
+    assert conn._queued_bytes < 4096 + 1024  # one reply past the mark at most
+    ids = await asyncio.wait_for(read_replies(reader, 500), 30)
+    assert ids == list(range(500))
+    writer.close()
