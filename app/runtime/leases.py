@@ -17,6 +17,7 @@ from app.runtime.runtime import (
     CoordinatorRuntime,
     Partition,
     PartitionState,
+    monotonic_ms,
     now_ms,
 )
 from app.service import Broker
@@ -80,10 +81,11 @@ class LeaseManager:
         # renew first: under load every statement waits for a turn of a busy event loop, and
         # the validity of what we hold counts from t0, taken just before the renewal
         t0 = now_ms()
+        mono0 = monotonic_ms()
         ttl = self.settings.lease_ttl_ms
         held = {pid: p.epoch for pid, p in self.partitions.items()}
         renewed = await self.log.renew_leases(self.node_id, held, ttl, t0)
-        valid_until = t0 + ttl - self.safety_ms
+        valid_until = mono0 + ttl - self.safety_ms
         for pid in held:
             if pid in renewed:
                 self.partitions[pid].valid_until = valid_until

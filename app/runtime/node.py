@@ -28,6 +28,7 @@ from app.runtime.runtime import (
     CoordinatorRuntime,
     Partition,
     PartitionState,
+    monotonic_ms,
     now_ms,
 )
 from app.runtime.topics import TopicRegistry
@@ -155,12 +156,12 @@ class CoordinatorNode:
         ]
 
     def lease_expires_in_ms(self, pid: int, t: int) -> int | None:
-        """Time left on `pid`'s lease as this node knows it."""
+        """Time left on `pid`'s lease as this node knows it (`t`: wall-clock ms)."""
         mine = self.partitions.get(pid)
         if mine is not None:
             # our own lease: `leases` is the table as read at the start of the last round
             # (before this node took or renewed it); the renewal itself is exact
-            return mine.valid_until + self.leasing.safety_ms - t
+            return mine.valid_until + self.leasing.safety_ms - monotonic_ms()
         row = self.leases.get(pid)
         return (row.expires_at_ms - t) if row else None
 
@@ -210,7 +211,7 @@ class CoordinatorNode:
     def ready(self) -> bool:
         """Every partition this node owns is loaded and surely still its own (a node owning
         nothing yet is not ready)."""
-        t = now_ms()
+        t = monotonic_ms()
         planned = [pid for pid, node in self.plan.items() if node == self.node_id]
         return (
             bool(self.partitions)

@@ -38,7 +38,14 @@ METADATA_PARTITION = -1  # the topic registry's own log partition
 
 
 def now_ms() -> int:
+    """Wall-clock ms: what the core sees as time (timestamps in records, session deadlines)."""
     return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    """Lease validity is judged on this clock: a step of the wall clock (NTP, an operator)
+    must not make a node believe it still holds a partition another node took."""
+    return time.monotonic_ns() // 1_000_000
 
 
 def append_failure(exc: BaseException) -> AppendFailure:
@@ -69,7 +76,8 @@ class Partition:
     timer: asyncio.TimerHandle | None = None
     armed_deadline: int | None = None
     load_task: asyncio.Task[None] | None = field(default=None, repr=False)
-    valid_until: int = 0  # serve only while the lease is surely ours (zombie safety)
+    # serve only while the lease is surely ours (zombie safety), on the monotonic clock
+    valid_until: int = 0
     appended_since_compaction: int = 1  # a freshly loaded partition gets one round
     compacted_at_ms: int = 0
 
@@ -111,7 +119,7 @@ class CoordinatorRuntime:
         p = self.partitions.get(partition_for(group_id, self.log_partitions))
         if p is None or p.state is PartitionState.UNLOADED:
             raise CoordinatorError(Error.NOT_COORDINATOR)
-        if now_ms() >= p.valid_until:
+        if monotonic_ms() >= p.valid_until:
             # the lease could not be renewed in time: another node may own it by now
             raise CoordinatorError(Error.NOT_COORDINATOR)
         if p.state is PartitionState.LOADING:
@@ -236,7 +244,7 @@ class CoordinatorRuntime:
         p.armed_deadline = None
         if p.core is None:
             return
-        if now_ms() >= p.valid_until:
+        if monotonic_ms() >= p.valid_until:
             # not surely ours (e.g. just resumed from a pause): expire nobody until renewed
             p.timer = asyncio.get_running_loop().call_later(0.1, self._on_timer, p)
             return
