@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     lease_ttl_ms: int = Field(default=5000, ge=500)
     tombstone_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
     archive_history: bool = True
+    # how long log_history keeps what compaction archived; -1 keeps it for ever
+    history_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=-1)
     compaction_interval_ms: int = Field(default=60_000, ge=100)
     concurrent_loads: int = Field(default=4, ge=1, le=64)
     log_level: str = "INFO"

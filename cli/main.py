@@ -71,6 +71,7 @@ def serve(
     log_level: Annotated[str | None, Opt(help="COORD_LOG_LEVEL")] = None,
     tombstone_retention_ms: Annotated[int | None, Opt()] = None,
     archive_history: Annotated[bool | None, Opt()] = None,
+    history_retention_ms: Annotated[int | None, Opt()] = None,
     compaction_interval_ms: Annotated[int | None, Opt()] = None,
     admin_token: Annotated[str | None, Opt(help="COORD_ADMIN_TOKEN")] = None,
 ) -> None:

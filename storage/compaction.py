@@ -21,6 +21,7 @@ class CompactionStats:
     scanned: int = 0  # offsets covered
     removed: int = 0
     archived: int = 0
+    history_removed: int = 0  # archived rows older than the history retention, deleted
 
 
 class Compaction:
@@ -38,6 +39,7 @@ class Compaction:
         archive: bool = True,
         chunk_offsets: int = 5000,
         now_ms: int | None = None,
+        history_cutoff_ms: int | None = None,
     ) -> CompactionStats:
         """Keep the newest record per key; drop tombstones appended before the cutoff.
 
@@ -48,6 +50,9 @@ class Compaction:
         no older record of its key is left (an earlier round removed those) — a reader that saw
         the older value will still meet the tombstone. The partition's last row always stays,
         since the next offset is derived from it.
+
+        With `history_cutoff_ms`, the partition's log_history rows archived before it are
+        deleted too (COORD_HISTORY_RETENTION_MS), `chunk_offsets` rows per transaction.
         """
         db = self._db
         t = wall_clock_ms() if now_ms is None else now_ms
@@ -59,6 +64,10 @@ class Compaction:
                 )
             ).one()
         stats = CompactionStats(partition)
+        if history_cutoff_ms is not None:
+            stats.history_removed = await self._expire_history(
+                partition, node_id, epoch, history_cutoff_ms, chunk_offsets
+            )
         if lo is None:
             return stats
         newer = log_records.alias("newer")
@@ -107,3 +116,30 @@ class Compaction:
             stats.scanned += end - start
             start = end
         return stats
+
+    async def _expire_history(
+        self, partition: int, node_id: int, epoch: int, cutoff_ms: int, chunk: int
+    ) -> int:
+        db = self._db
+        H = log_history.c
+        removed = 0
+        while True:
+            async with db.write() as conn:
+                await run_async(conn, fence(db.sql, [(partition, node_id, epoch)]))
+                doomed = [
+                    o
+                    for (o,) in await conn.execute(
+                        select(H.offset)
+                        .where(H.partition == partition, H.compacted_at_ms < cutoff_ms)
+                        .limit(chunk)
+                    )
+                ]
+                if doomed:
+                    await conn.execute(
+                        log_history.delete().where(
+                            (H.partition == partition) & H.offset.in_(doomed)
+                        )
+                    )
+            removed += len(doomed)
+            if len(doomed) < chunk:
+                return removed

@@ -190,11 +190,15 @@ class LeaseManager:
         removed = 0
         retention = self.settings.tombstone_retention_ms
         cutoff = now_ms() - retention
+        keep = self.settings.history_retention_ms
+        history_cutoff = None if keep < 0 else now_ms() - keep
         for p in list(self.partitions.values()):
             if p.state is not PartitionState.ACTIVE:
                 continue
-            tombstones_due = now_ms() - p.compacted_at_ms >= retention
-            if p.appended_since_compaction == 0 and not tombstones_due:
+            # an idle partition is visited again once tombstones or history may have expired
+            revisit = retention if keep < 0 else min(retention, keep)
+            due = now_ms() - p.compacted_at_ms >= revisit
+            if p.appended_since_compaction == 0 and not due:
                 continue
             appended = p.appended_since_compaction
             try:
@@ -204,6 +208,7 @@ class LeaseManager:
                     p.epoch,
                     tombstone_cutoff_ms=cutoff,
                     archive=self.settings.archive_history,
+                    history_cutoff_ms=history_cutoff,
                 )
             except FencedError:
                 continue  # the lease round will notice and unload

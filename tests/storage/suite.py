@@ -666,6 +666,35 @@ class EventLogSuite:
         await log.append([AppendBatch(0, e, NODE1, [rec(9)])])
         assert (await read_all(log, 0))[-1].offset == 6
 
+    async def test_history_older_than_its_retention_is_deleted_by_the_partition_owner(
+        self, log: EventLog
+    ) -> None:
+        async def history(partition: int) -> list[int]:
+            async with log.engine.connect() as conn:
+                rows = await conn.execute(
+                    text('SELECT "offset" FROM log_history WHERE partition = :p ORDER BY "offset"'),
+                    {"p": partition},
+                )
+                return [r[0] for r in rows]
+
+        e0, e1 = await self.lease(log, 0), await self.lease(log, 1)
+        for p, e in ((0, e0), (1, e1)):
+            await log.append([AppendBatch(p, e, NODE1, [rec(1), rec(1), rec(1)])], now_ms=T0)
+            await log.compact(p, NODE1, e, tombstone_cutoff_ms=T0, now_ms=T0)
+        await log.append([AppendBatch(0, e0, NODE1, [rec(1)])], now_ms=T0)
+        await log.compact(0, NODE1, e0, tombstone_cutoff_ms=T0, now_ms=T0 + 1000)
+        assert await history(0) == [0, 1, 2]
+        stats = await log.compact(
+            0, NODE1, e0, tombstone_cutoff_ms=T0, chunk_offsets=1, history_cutoff_ms=T0 + 1
+        )
+        assert stats.history_removed == 2
+        assert await history(0) == [2]  # archived at T0 + 1000: younger than the cutoff
+        assert await history(1) == [0, 1]  # another partition's history is its owner's
+        await self.lease(log, 1, NODE2, now=T0 + TTL)  # partition 1 moved: fenced
+        with pytest.raises(FencedError):
+            await log.compact(1, NODE1, e1, tombstone_cutoff_ms=T0, history_cutoff_ms=T0 + 1)
+        assert await history(1) == [0, 1]
+
     async def test_young_tombstones_and_the_last_row_are_kept(self, log: EventLog) -> None:
         e = await self.lease(log, 0)
         await log.append([AppendBatch(0, e, NODE1, [rec(1, None), rec(2, None)])], now_ms=T0)
