@@ -346,6 +346,7 @@ class AdminService:
                     "state": mine.state.value if mine else None,
                     "records_loaded": mine.records_loaded if mine else None,
                     "load_ms": round(mine.load_ms, 1) if mine else None,
+                    "load_error": node.load_error(pid),
                 }
             )
         return {

@@ -303,6 +303,18 @@ class EventLog(Leases, Cluster, Compaction):
 
             yield on_its_own
 
+    async def newest_offset_of(self, partition: int, record_type: int, key: bytes) -> int | None:
+        """The offset of the newest record of a key (to name a record a load could not use)."""
+        R = log_records.c
+        async with self._db.read() as conn:
+            found = await conn.execute(
+                select(func.max(R.offset)).where(
+                    R.partition == partition, R.record_type == record_type, R.key == key
+                )
+            )
+            offset = found.scalar_one_or_none()
+            return None if offset is None else int(offset)
+
     async def read_latest(self, partition: int, page_size: int = 20_000) -> LatestRecords:
         """The newest record of every key of `partition` (tombstones included), in offset order,
         as of one read snapshot: what a load replays.

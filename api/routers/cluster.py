@@ -22,7 +22,17 @@ async def healthz(request: Request) -> dict[str, Any]:
 async def readyz(admin: AdminDep) -> JSONResponse:
     node = admin.node
     loading = sorted(pid for pid, p in node.partitions.items() if p.state.value != "active")
-    body = {"ready": node.ready(), "owned": sorted(node.partitions), "loading": loading}
+    failed = {
+        str(pid): error
+        for pid in range(-1, node.log_partitions)
+        if (error := node.load_error(pid)) is not None
+    }
+    body = {
+        "ready": node.ready(),
+        "owned": sorted(node.partitions),
+        "loading": loading,
+        "load_errors": failed,
+    }
     return JSONResponse(body, status_code=200 if node.ready() else 503)
 
 

@@ -8,10 +8,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from app.config import Settings
 from app.runtime import placement
-from app.runtime.loader import Loader
+from app.runtime.loader import Loader, LoadFailure
 from app.runtime.runtime import (
     METADATA_PARTITION,
     CoordinatorRuntime,
@@ -25,6 +26,20 @@ from storage.errors import FencedError, StorageError
 from storage.log import EventLog, LeaseRow
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LoadError:
+    """Why a partition's last load failed, and when this node tries again."""
+
+    reason: str
+    offset: int | None  # the record that could not be replayed, when one could not
+    attempts: int
+    retry_at_ms: int  # monotonic
+
+
+LOAD_RETRY_MIN_MS = 1_000
+LOAD_RETRY_MAX_MS = 60_000
 
 
 class LeaseManager:
@@ -53,6 +68,7 @@ class LeaseManager:
         self.leases: dict[int, LeaseRow] = {}
         self.plan: dict[int, int] = {}
         self.compaction_runs = 0
+        self.load_errors: dict[int, LoadError] = {}  # partition -> its last failed load
 
     @property
     def partitions(self) -> dict[int, Partition]:
@@ -119,6 +135,9 @@ class LeaseManager:
                 continue
             row = leases.get(pid)
             free = row is None or row.owner_node_id is None or row.expires_at_ms <= t0
+            failed = self.load_errors.get(pid)
+            if failed is not None and failed.retry_at_ms > monotonic_ms():
+                continue  # backing off: a record it cannot replay does not make a hot loop
             if self.plan.get(pid) == self.node_id:
                 if free or (row is not None and row.owner_node_id == self.node_id):
                     wanted.append(pid)
@@ -142,11 +161,25 @@ class LeaseManager:
     async def _load(self, p: Partition) -> None:
         try:
             await self.loader.load(p)
+            self.load_errors.pop(p.id, None)
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            # give the lease back: the next lease round claims the partition again and retries
-            log.warning("partition %d failed to load, retrying: %s", p.id, e)
+            # give the lease back and try again later, backing off: other partitions go on
+            previous = self.load_errors.get(p.id)
+            attempts = 1 if previous is None else previous.attempts + 1
+            delay = min(LOAD_RETRY_MIN_MS * 2 ** (attempts - 1), LOAD_RETRY_MAX_MS)
+            offset = e.offset if isinstance(e, LoadFailure) else None
+            reason = e.reason if isinstance(e, LoadFailure) else f"{type(e).__name__}: {e}"
+            self.load_errors[p.id] = LoadError(reason, offset, attempts, monotonic_ms() + delay)
+            log.warning(
+                "partition %d failed to load (attempt %d, record offset %s): %s; retrying in %d ms",
+                p.id,
+                attempts,
+                offset,
+                reason,
+                delay,
+            )
             if self.partitions.get(p.id) is p:
                 self.runtime.drop(p, "load failed")
                 with contextlib.suppress(StorageError):

@@ -54,6 +54,16 @@ class _GcPause:
             gc.enable()
 
 
+class LoadFailure(Exception):
+    """A record of the partition cannot be replayed: the load fails, naming its offset."""
+
+    def __init__(self, partition: int, offset: int | None, reason: str) -> None:
+        super().__init__(f"partition {partition}: record at offset {offset}: {reason}")
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+
+
 def new_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
@@ -83,7 +93,11 @@ class Loader:
             clock = time.perf_counter
             resume = clock() + REPLAY_SLICE_S
             for i, (t, key, value) in enumerate(records):
-                core.replay(Record(_RECORD_TYPES[t], key, value))  # unknown type: load fails
+                try:
+                    core.replay(Record(_RECORD_TYPES[t], key, value))
+                except Exception as e:  # an unknown type, a value that does not decode
+                    offset = await self.log.newest_offset_of(p.id, t, key)
+                    raise LoadFailure(p.id, offset, f"{type(e).__name__}: {e}") from e
                 if i & 63 == 0 and clock() > resume:
                     await asyncio.sleep(0)  # let leases, requests and other loads progress
                     resume = clock() + REPLAY_SLICE_S

@@ -165,6 +165,18 @@ class CoordinatorNode:
         row = self.leases.get(pid)
         return (row.expires_at_ms - t) if row else None
 
+    def load_error(self, pid: int) -> dict[str, Any] | None:
+        """Why this node's last load of `pid` failed (None: it did not)."""
+        e = self.leasing.load_errors.get(pid)
+        if e is None:
+            return None
+        return {
+            "reason": e.reason,
+            "offset": e.offset,
+            "attempts": e.attempts,
+            "retry_in_ms": max(e.retry_at_ms - monotonic_ms(), 0),
+        }
+
     def observe_request(self, api: str, version: int, error: int) -> None:
         # the labelled child is looked up once per (api, version, error): prometheus-client's
         # labels() costs more than the rest of a Heartbeat's handling

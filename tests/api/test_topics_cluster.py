@@ -93,7 +93,12 @@ async def test_cluster_healthz_readyz(api: Api) -> None:
     assert r.status_code == 200 and r.json() == {"status": "ok", "node_id": 1}
     r = await api.http.get("/readyz")
     assert r.status_code == 200
-    assert r.json() == {"ready": True, "owned": [-1, 0, 1, 2, 3], "loading": []}
+    assert r.json() == {
+        "ready": True,
+        "owned": [-1, 0, 1, 2, 3],
+        "loading": [],
+        "load_errors": {},
+    }
 
     # a partition that is (again) loading: not ready, and its groups answer 503, not 500
     members = await form_group(api.kafka_port, "g", [None])
@@ -103,7 +108,12 @@ async def test_cluster_healthz_readyz(api: Api) -> None:
     try:
         r = await api.http.get("/readyz")
         assert r.status_code == 503
-        assert r.json() == {"ready": False, "owned": [-1, 0, 1, 2, 3], "loading": [pid]}
+        assert r.json() == {
+            "ready": False,
+            "owned": [-1, 0, 1, 2, 3],
+            "loading": [pid],
+            "load_errors": {},
+        }
         assert (await api.http.get("/healthz")).status_code == 200, "alive while loading"
         r = await api.http.get("/groups/g")
         assert r.status_code == 503 and "loading" in detail(r)

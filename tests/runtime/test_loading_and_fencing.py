@@ -83,3 +83,50 @@ async def test_a_fenced_partition_refuses_the_write_and_stops_serving(tmp_path: 
         finally:
             await other.close()
         await c.close()
+
+
+async def test_a_record_that_cannot_be_replayed_fails_its_partition_alone(
+    tmp_path: Path,
+) -> None:
+    """The load names the record's offset in /cluster, retries with a backoff (no hot loop),
+    and every other partition loads and serves."""
+    import sqlite3
+    import time
+
+    async with running_node(tmp_path) as n:
+        c = await n.client()
+        for g in ("bad-group", "good-group"):
+            commit = await c.offset_commit(g, {("t1", 0): 7})
+            assert [p.error_code for t in commit.topics for p in t.partitions] == [0]
+        await c.close()
+        bad, good = (partition_for(g, n.node.log_partitions) for g in ("bad-group", "good-group"))
+    assert bad != good
+    db = sqlite3.connect(tmp_path / "coordinator.db")
+    with db:
+        (offset,) = db.execute(
+            'SELECT max("offset") FROM log_records WHERE partition = ? AND record_type = 2',
+            (bad,),
+        ).fetchone()
+        db.execute(
+            "UPDATE log_records SET value = X'ff' WHERE partition = ? AND \"offset\" = ?",
+            (bad, offset),
+        )
+    db.close()
+
+    async with running_node(tmp_path, wait_loaded=False) as n:
+        started = time.monotonic()
+        while n.node.load_error(bad) is None or good not in n.node.partitions:
+            assert time.monotonic() - started < 10, "the load never failed"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(4)
+        error = n.node.load_error(bad)
+        assert error is not None and error["offset"] == offset
+        assert 2 <= error["attempts"] <= 4  # 1 s, 2 s, 4 s: a backoff, not a loop per round
+        assert bad not in n.node.partitions or n.node.partitions[bad].core is None
+        c = await n.client()
+        fetch = await c.offset_fetch("good-group", [("t1", 0)])
+        assert [p.committed_offset for t in fetch.groups[0].topics for p in t.partitions] == [7]
+        fetch = await c.offset_fetch("bad-group", [("t1", 0)])
+        assert fetch.groups[0].error_code != 0  # not served: its partition is not loaded
+        await c.close()
+        assert not n.node.ready()
