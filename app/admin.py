@@ -113,6 +113,8 @@ class AdminService:
         """Return if this node serves the group now; raises Elsewhere/AdminError."""
         if not group_id:
             raise AdminError(400, "group id must not be empty")
+        if len(group_id) > self.node.runtime.max_group_id_length:
+            raise AdminError(422, f"group id of {len(group_id)} characters is too long")
         node = self.node
         pid = partition_for(group_id, node.log_partitions)
         p = node.partitions.get(pid)

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
     group_max_size: int = Field(default=10_000, ge=1)  # Kafka's default: 2147483647
     max_groups: int = Field(default=250_000, ge=1)
+    max_group_id_length: int = Field(default=4096, ge=16)
     max_pending_members: int = Field(default=10_000, ge=1)
     topics: str = ""
     log_partitions: int = Field(default=16, ge=1, le=10_000)

@@ -64,6 +64,7 @@ def serve(
     max_client_id_bytes: Annotated[int | None, Opt()] = None,
     max_request_elements: Annotated[int | None, Opt()] = None,
     max_groups: Annotated[int | None, Opt()] = None,
+    max_group_id_length: Annotated[int | None, Opt()] = None,
     max_pending_members: Annotated[int | None, Opt()] = None,
     max_record_bytes: Annotated[int | None, Opt()] = None,
     max_queued_records: Annotated[int | None, Opt()] = None,

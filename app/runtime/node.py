@@ -62,6 +62,7 @@ class CoordinatorNode:
                 "SyncGroup": self.metrics.sync_seconds,
             },
             max_groups=settings.max_groups,
+            max_group_id_length=settings.max_group_id_length,
         )
         core_config = CoreConfig(
             min_session_timeout_ms=settings.min_session_timeout_ms,
@@ -263,6 +264,11 @@ class CoordinatorNode:
             return CoordinatorLookup(
                 Error.COORDINATOR_NOT_AVAILABLE,
                 message="this node coordinates consumer groups only (no transactions)",
+            )
+        if len(key) > self.runtime.max_group_id_length:
+            return CoordinatorLookup(
+                Error.INVALID_GROUP_ID,
+                message=f"group id of {len(key)} characters (COORD_MAX_GROUP_ID_LENGTH)",
             )
         owner = self.owner_of(partition_for(key, self.log_partitions))
         if owner is None:

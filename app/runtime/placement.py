@@ -21,14 +21,23 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's placement: abs(hashCode) % partitions, abs(INT_MIN) taken as 0.
 
-    Cached: every request routes by it, and the pure-Python UTF-16 hash was the single
-    largest cost of a Heartbeat (12% of a node's CPU under heartbeat load)."""
+    Cached for ids of usual length: every request routes by it, and the pure-Python UTF-16
+    hash was the single largest cost of a Heartbeat (12% of a node's CPU under heartbeat
+    load). Long ids are not cached, so the cache cannot pin a client's megabytes."""
+    if len(group_id) <= 256:
+        return _cached_partition_for(group_id, partitions)
+    return _partition_for(group_id, partitions)
+
+
+def _partition_for(group_id: str, partitions: int) -> int:
     h = java_string_hash(group_id)
     return 0 if h == -(1 << 31) else abs(h) % partitions
+
+
+_cached_partition_for = functools.lru_cache(maxsize=1 << 16)(_partition_for)
 
 
 def plan(

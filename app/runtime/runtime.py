@@ -92,6 +92,7 @@ class CoordinatorRuntime:
         writer: LogWriter,
         op_seconds: dict[str, Any] | None = None,
         max_groups: int = 250_000,
+        max_group_id_length: int = 4096,
     ) -> None:
         self.node_id = node_id
         self.log_partitions = log_partitions
@@ -105,6 +106,7 @@ class CoordinatorRuntime:
         self.retired_rebalances: dict[str, int] = {}  # counts of unloaded partitions
         self.lease_changes = 0
         self.max_groups = max_groups
+        self.max_group_id_length = max_group_id_length
 
     def group_count(self) -> int:
         return sum(len(p.core.groups) for p in self.partitions.values() if p.core is not None)
@@ -116,6 +118,12 @@ class CoordinatorRuntime:
 
     def route(self, group_id: str, loading_error: Error) -> Partition:
         """The active partition serving `group_id`; else CoordinatorError (protocol.md §3.3)."""
+        if len(group_id) > self.max_group_id_length:
+            # a group id is hashed, kept and logged: a megabyte of it would cost all three
+            raise CoordinatorError(
+                Error.INVALID_GROUP_ID,
+                f"group id of {len(group_id)} characters (COORD_MAX_GROUP_ID_LENGTH)",
+            )
         p = self.partitions.get(partition_for(group_id, self.log_partitions))
         if p is None or p.state is PartitionState.UNLOADED:
             raise CoordinatorError(Error.NOT_COORDINATOR)

@@ -268,3 +268,22 @@ async def test_reply_bytes_piled_behind_a_parked_join_stop_the_reading(
     ids = await asyncio.wait_for(read_replies(reader, 500), 30)
     assert ids == list(range(500))
     writer.close()
+
+
+async def test_a_group_id_over_the_limit_is_an_invalid_group_id(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    m, gen = await stable_group(client, "steady")
+    long_id = "g" * 4097  # COORD_MAX_GROUP_ID_LENGTH is 4096
+    assert (await client.join_group(long_id, "", version=9)).error_code == Error.INVALID_GROUP_ID
+    assert (await client.heartbeat(long_id, 1, "m")).error_code == Error.INVALID_GROUP_ID
+    assert (await client.find_coordinator(long_id)).error_code == Error.INVALID_GROUP_ID
+    commit = await client.offset_commit(long_id, {("t1", 0): 1})
+    assert commit_errors(commit) == [Error.INVALID_GROUP_ID]
+    assert await describe_raw(client, [long_id, "steady"]) == [long_id, "steady"]
+    resp = await client.request(
+        client.build_request(15, 5, groups=[long_id], include_authorized_operations=False)
+    )
+    assert resp.groups[0].error_code == Error.INVALID_GROUP_ID
+    assert node.node.runtime.group_count() == 1
+    await assert_member_unharmed(client, "steady", m, gen)
