@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     max_inflight_requests: int = Field(default=1024, ge=2)
     max_queued_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_client_id_bytes: int = Field(default=4096, ge=16, le=32767)
-    max_request_elements: int = Field(default=100_000, ge=100)
+    max_request_elements: int = Field(default=10_000, ge=100)
     max_record_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_queued_records: int = Field(default=100_000, ge=100)
     lease_ttl_ms: int = Field(default=5000, ge=500)

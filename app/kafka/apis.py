@@ -40,7 +40,7 @@ class DecodeLimits:
     """Bounds on what decoding one request may cost (README: Limits and hostile clients)."""
 
     max_client_id_bytes: int = 4096
-    max_request_elements: int = 100_000
+    max_request_elements: int = 10_000
 
 
 DEFAULT_DECODE_LIMITS: Final = DecodeLimits()

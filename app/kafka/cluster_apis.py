@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from app.group.messages import Error
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import NO_RESPONSE, Api, HandlerResult, RequestContext
+from app.kafka.group_apis import SLICE
 from app.kafka.offset_apis import is_known_partition
 from app.service import CoordinatorLookup
 
@@ -55,7 +56,7 @@ def _topic_entry(name: str, partitions: int, node_id: int) -> dict[str, Any]:
     }
 
 
-def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
+async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
     version = ctx.api_version
     view = ctx.service.cluster()
     node_id = ctx.service.node_id
@@ -66,7 +67,9 @@ def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
         entries = [_topic_entry(name, n, node_id) for name, n in sorted(view.topics.items())]
     else:
         seen: set[Any] = set()
-        for topic in requested:
+        for i, topic in enumerate(requested):
+            if i and i % SLICE == 0:
+                await asyncio.sleep(0)  # a slice of names per turn of the loop
             name = topic.name
             key = name if name is not None else topic.topic_id
             if key in seen:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from app.group.messages import (
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from app.group.coordinator import GroupCoordinator
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 JOIN_GROUP: Final = 11
 HEARTBEAT: Final = 12
@@ -45,6 +46,21 @@ SYNC_GROUP: Final = 14
 DESCRIBE_GROUPS: Final = 15
 LIST_GROUPS: Final = 16
 DELETE_GROUPS: Final = 42
+
+
+# Requests naming many groups or topics are served this many names per turn of the loop, so
+# one of them never holds the loop for long (README: Limits and hostile clients).
+SLICE: Final = 500
+
+
+async def in_slices(items: Iterable[U], fn: Callable[[U], T]) -> list[T]:
+    """`fn` over `items`, yielding to the loop after every SLICE of them."""
+    out: list[T] = []
+    for i, item in enumerate(items):
+        if i and i % SLICE == 0:
+            await asyncio.sleep(0)
+        out.append(fn(item))
+    return out
 
 
 def require_group_id(group_id: str) -> None:
@@ -308,16 +324,16 @@ def encode_describe_groups(groups: Sequence[DescribedGroup], version: int) -> An
     )
 
 
-def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
-    groups = [
-        read_or(
+async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
+    groups = await in_slices(
+        dict.fromkeys(req.groups),  # a group named twice is answered once
+        lambda group_id: read_or(
             ctx,
             group_id,
             functools.partial(_describe_group, group_id),
             functools.partial(DescribedGroup, group_id),
-        )
-        for group_id in dict.fromkeys(req.groups)  # a group named twice is answered once
-    ]
+        ),
+    )
     return encode_describe_groups(groups, ctx.api_version)
 
 
@@ -386,7 +402,10 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
             return DeleteGroupResult(group_id, e.error)
         return result
 
-    results = await asyncio.gather(*(delete(g) for g in dict.fromkeys(req.groups_names)))
+    results: list[DeleteGroupResult] = []
+    names = list(dict.fromkeys(req.groups_names))
+    for start in range(0, len(names), SLICE):  # a slice of deletions per turn of the loop
+        results += await asyncio.gather(*(delete(g) for g in names[start : start + SLICE]))
     return encode_delete_groups(results, ctx.api_version)
 
 

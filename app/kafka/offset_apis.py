@@ -20,7 +20,7 @@ from app.group.messages import (
 )
 from app.kafka.codec import build, group_by_topic, ms, response_class
 from app.kafka.context import Api, RequestContext
-from app.kafka.group_apis import read_or
+from app.kafka.group_apis import in_slices, read_or
 from app.service import CoordinatorError
 
 if TYPE_CHECKING:
@@ -236,18 +236,18 @@ def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) 
     return build(cls, topics=_fetch_topics(resp, version), error_code=resp.error)
 
 
-def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
+async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
     topics = ctx.service.cluster().topics
     queries = decode_offset_fetch(req, topics)
-    answers = [
-        read_or(
+    answers = await in_slices(
+        queries,
+        lambda q: read_or(
             ctx,
             q.request.group_id,
             functools.partial(_fetch_offsets, q.request),
             functools.partial(OffsetFetchResponse, q.request.group_id),
-        )
-        for q in queries
-    ]
+        ),
+    )
     merged = [merge_offset_fetch(q, a, topics) for q, a in zip(queries, answers, strict=True)]
     return encode_offset_fetch(merged, ctx.api_version)
 

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import struct
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -63,6 +64,13 @@ class ServerLimits:
         )
 
 
+# A frame this large (a leader's SyncGroup, thousands of partitions or names) costs the loop
+# milliseconds to tens of milliseconds: at most one is served per turn of the loop, so small
+# requests of every other connection are never queued behind many of them.
+HEAVY_FRAME_BYTES: Final = 16 * 1024
+# A connection serves frames of one read for this long, then lets the others have the loop.
+TURN_SHARE_S: Final = 0.005
+
 _SIZE: Final = struct.Struct(">i")
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
@@ -103,6 +111,8 @@ class KafkaConnection(asyncio.Protocol):
         self.ip = "?"
         self._closing = False
         self._reading_paused = False
+        self._heavy_wait = False  # a large frame waits for the server's turn (see KafkaServer)
+        self._yielding = False  # served its share of this loop turn; the rest waits for the next
         self._write_paused = False
         # replies ready in one loop iteration leave in one write (one syscall, not one each)
         self._out: list[bytes] = []
@@ -149,6 +159,7 @@ class KafkaConnection(asyncio.Protocol):
         requests or reply bytes in flight), and the rest waits in `_buf` until it resumes."""
         pos = 0
         available = len(data)
+        started = time.perf_counter()
         while True:
             if available - pos < 4:
                 self._need = 4
@@ -161,6 +172,14 @@ class KafkaConnection(asyncio.Protocol):
             if end > available:
                 self._need = end - pos
                 break
+            if size >= HEAVY_FRAME_BYTES and not self._server.take_heavy_turn():
+                # another large frame was served in this turn of the loop: wait for the next,
+                # so small requests of every connection (heartbeats) go first
+                self._heavy_wait = True
+                self._need = 4
+                self._server.wait_heavy_turn(self)
+                self._update_reading()
+                break
             self._on_frame(data[pos + 4 : end])
             pos = end
             if self._closing:
@@ -168,8 +187,31 @@ class KafkaConnection(asyncio.Protocol):
             if self._reading_paused:
                 self._need = 4
                 break
+            if pos < available and time.perf_counter() - started > TURN_SHARE_S:
+                # one read can hold thousands of frames: after its share of the loop's turn,
+                # this connection lets the others go first and serves the rest next turn
+                self._yielding = True
+                self._need = 4
+                self._update_reading()
+                assert self._loop is not None
+                self._loop.call_soon(self._end_yield)
+                break
         if pos < available:
             self._buf += memoryview(data)[pos:]
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def heavy_turn(self) -> None:
+        """The server's turn for a large frame came: serve what waited."""
+        self._heavy_wait = False
+        self._update_reading()
+        self._resume_buffered()
+
+    def _end_yield(self) -> None:
+        self._yielding = False
+        self._update_reading()
 
     def _resume_buffered(self) -> None:
         """Reading resumed: serve the frames that arrived while it was paused."""
@@ -412,7 +454,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._reading_paused:
             if (
-                not self._write_paused
+                not self._heavy_wait
+                and not self._yielding
+                and not self._write_paused
                 and len(self._slots) < self._max_inflight // 2
                 and self._queued_bytes < self._max_queued_bytes // 2
             ):
@@ -421,7 +465,9 @@ class KafkaConnection(asyncio.Protocol):
                 if self._buf and self._loop is not None:
                     self._loop.call_soon(self._resume_buffered)
         elif (
-            self._write_paused
+            self._heavy_wait
+            or self._yielding
+            or self._write_paused
             or len(self._slots) >= self._max_inflight
             or self._queued_bytes >= self._max_queued_bytes
         ):
@@ -459,6 +505,8 @@ class KafkaServer(asyncio.AbstractServer):
         self._per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._heavy_taken = False
+        self._heavy_waiting: deque[KafkaConnection] = deque()
 
     async def start(self) -> KafkaServer:
         version_table()  # load every kio class before the first client arrives
@@ -480,6 +528,25 @@ class KafkaServer(asyncio.AbstractServer):
         self.connections.add(conn)
         self._per_ip[conn.ip] = n + 1
         return None
+
+    def take_heavy_turn(self) -> bool:
+        """Whether a large frame may be served now (one per turn of the loop)."""
+        if self._heavy_taken:
+            return False
+        self._heavy_taken = True
+        asyncio.get_running_loop().call_soon(self._next_heavy_turn)
+        return True
+
+    def wait_heavy_turn(self, conn: KafkaConnection) -> None:
+        self._heavy_waiting.append(conn)
+
+    def _next_heavy_turn(self) -> None:
+        self._heavy_taken = False
+        while self._heavy_waiting:
+            conn = self._heavy_waiting.popleft()
+            if not conn.closing:
+                conn.heavy_turn()
+                return
 
     def forget(self, conn: KafkaConnection) -> None:
         if conn in self.connections:

@@ -1,0 +1,67 @@
+"""The attack mix against a real `coordinator serve` process while well-behaved members
+heartbeat on connections of their own (README: Limits and hostile clients): the node survives,
+its memory stays under the ceiling, and the members' Heartbeat p99 stays under 250 ms."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.nodes import ROOT, CoordinatorProcess
+
+RSS_CEILING_MB = 600  # the node's resident memory, attack or not (README: Limits)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def spawn(role: str, address: str, out: Path, **kw: object) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "tests.support.hostile", role, address, f"--out={out}"]
+    args += [f"--{k}={v}" for k, v in kw.items()]
+    return subprocess.Popen(args, cwd=ROOT)
+
+
+def test_the_attack_mix_neither_stops_nor_stalls_the_node(tmp_path: Path) -> None:
+    node = CoordinatorProcess(
+        f"sqlite+aiosqlite:///{tmp_path}/c.db",
+        tmp_path,
+        {
+            "COORD_INITIAL_REBALANCE_DELAY_MS": "0",
+            "COORD_FRAME_DEADLINE_MS": "2000",
+            "COORD_MAX_CONNECTIONS_PER_IP": "200",
+            "COORD_MAX_GROUPS": "5000",
+            "COORD_TOPICS": "t1:3",
+        },
+    )
+    node.start()
+    try:
+        assert node.proc is not None
+        rss_before = rss_mb(node.proc.pid)
+        members_out, attack_out = tmp_path / "members.json", tmp_path / "attack.json"
+        members = spawn("members", node.bootstrap, members_out, groups=200, seconds=25)
+        time.sleep(8)  # the groups form, heartbeats settle
+        attackers = spawn("attack", node.bootstrap, attack_out, connections=30, seconds=12)
+        peak = rss_before
+        while attackers.poll() is None or members.poll() is None:
+            assert node.running, node.log_text()[-3000:]
+            peak = max(peak, rss_mb(node.proc.pid))
+            time.sleep(0.2)
+        assert attackers.returncode == 0 and members.returncode == 0
+        assert node.running, node.log_text()[-3000:]
+        got = json.loads(members_out.read_text())
+        outcomes = json.loads(attack_out.read_text())
+        print("members:", got, "\nattacks:", json.dumps(outcomes, indent=1))
+        print(f"node RSS {rss_before:.0f} MB -> peak {peak:.0f} MB")
+        assert got["errors"] == {"0": got["heartbeats"]} or set(got["errors"]) == {"0"}
+        assert got["p99_ms"] < 250, got
+        assert peak < RSS_CEILING_MB, (rss_before, peak)
+        assert sum(sum(v.values()) for v in outcomes.values()) > 100  # the attacks did run
+    finally:
+        node.stop()
