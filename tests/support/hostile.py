@@ -195,7 +195,7 @@ def _junk_commits(rnd: random.Random) -> bytes:
                     ],
                 }
             ],
-        )  # fmt: skip
+        )
         for i in range(50)
     )
 
