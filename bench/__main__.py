@@ -26,6 +26,7 @@ FIGURES = {
     "load": "bench.load",
     "memory": "bench.memory",
     "tansu": "bench.tansu",
+    "hostile": "bench.hostile",
 }
 
 
