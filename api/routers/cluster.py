@@ -32,6 +32,7 @@ async def readyz(admin: AdminDep) -> JSONResponse:
         "owned": sorted(node.partitions),
         "loading": loading,
         "load_errors": failed,
+        "storage_error": node.storage_error(),
     }
     return JSONResponse(body, status_code=200 if node.ready() else 503)
 

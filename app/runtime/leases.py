@@ -69,6 +69,8 @@ class LeaseManager:
         self.plan: dict[int, int] = {}
         self.compaction_runs = 0
         self.load_errors: dict[int, LoadError] = {}  # partition -> its last failed load
+        # the database failing the lease rounds: (what it said, since when, monotonic ms)
+        self.round_error: tuple[str, int] | None = None
 
     @property
     def partitions(self) -> dict[int, Partition]:
@@ -87,8 +89,13 @@ class LeaseManager:
             next_round = loop.time() + interval
             try:
                 await self.tick()
+                if self.round_error is not None:
+                    log.info("lease rounds succeed again after: %s", self.round_error[0])
+                self.round_error = None
             except StorageError as e:
                 log.warning("lease round failed: %s", e)
+                first = self.round_error[1] if self.round_error is not None else monotonic_ms()
+                self.round_error = (f"{type(e).__name__}: {e}", first)
             except Exception:
                 log.exception("lease round crashed")
 

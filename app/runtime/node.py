@@ -166,6 +166,13 @@ class CoordinatorNode:
         row = self.leases.get(pid)
         return (row.expires_at_ms - t) if row else None
 
+    def storage_error(self) -> dict[str, Any] | None:
+        """The database failing this node's lease rounds, if it does (readiness says why)."""
+        e = self.leasing.round_error
+        if e is None:
+            return None
+        return {"error": e[0], "for_ms": monotonic_ms() - e[1]}
+
     def load_error(self, pid: int) -> dict[str, Any] | None:
         """Why this node's last load of `pid` failed (None: it did not)."""
         e = self.leasing.load_errors.get(pid)

@@ -98,6 +98,7 @@ async def test_cluster_healthz_readyz(api: Api) -> None:
         "owned": [-1, 0, 1, 2, 3],
         "loading": [],
         "load_errors": {},
+        "storage_error": None,
     }
 
     # a partition that is (again) loading: not ready, and its groups answer 503, not 500
@@ -113,6 +114,7 @@ async def test_cluster_healthz_readyz(api: Api) -> None:
             "owned": [-1, 0, 1, 2, 3],
             "loading": [pid],
             "load_errors": {},
+            "storage_error": None,
         }
         assert (await api.http.get("/healthz")).status_code == 200, "alive while loading"
         r = await api.http.get("/groups/g")

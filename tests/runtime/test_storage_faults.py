@@ -1,0 +1,141 @@
+"""The database goes away under load (PostgreSQL stopped for 15 s; SQLite's disk full): requests
+get retriable Kafka errors, /readyz says why, the node keeps running, recovers by itself when the
+database returns, and no acknowledged commit is lost (README: Limits and hostile clients)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+from tests.runtime.node_fixture import RunningNode, running_node
+from tests.support.kafka_client import KafkaTestClient
+from tests.support.postgres import PrivatePostgres
+
+RETRIABLE = {14, 15, 16, 7}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT
+
+
+class Committer:
+    """Commits ever larger offsets to one partition; remembers what was acknowledged."""
+
+    def __init__(self, client: KafkaTestClient) -> None:
+        self.client = client
+        self.next = 1
+        self.acked = 0
+        self.errors: dict[int, int] = {}
+
+    async def once(self) -> int:
+        offset, self.next = self.next, self.next + 1
+        try:
+            resp = await self.client.offset_commit("g", {("t1", 0): offset})
+        except (ConnectionError, TimeoutError):
+            self.client = await KafkaTestClient.connect(*self.client_address)
+            return -1
+        (error,) = [p.error_code for t in resp.topics for p in t.partitions]
+        if error == 0:
+            self.acked = offset
+        else:
+            self.errors[error] = self.errors.get(error, 0) + 1
+        return int(error)
+
+    async def until(self, done: Callable[[int], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if done(await self.once()):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"not done in {timeout} s; errors {self.errors}")
+
+    client_address: tuple[str, int] = ("127.0.0.1", 0)
+
+
+async def committed(n: RunningNode) -> int:
+    c = await n.client()
+    fetched = await c.offset_fetch("g", [("t1", 0)])
+    await c.close()
+    return int(fetched.groups[0].topics[0].partitions[0].committed_offset)
+
+
+async def outage(
+    n: RunningNode, start: Callable[[], Awaitable[None]], end: Callable[[], Awaitable[None]]
+) -> Committer:
+    c = Committer(await n.client())
+    c.client_address = ("127.0.0.1", n.port)
+    await c.until(lambda e: c.acked >= 20, 20)
+    await start()
+    await c.until(lambda e: e in RETRIABLE, 30)  # the outage shows as a retriable error
+    until = time.monotonic() + 2
+    while time.monotonic() < until:  # commits keep failing, the node keeps running
+        await c.once()
+        await asyncio.sleep(0.1)
+    assert c.errors and set(c.errors) <= RETRIABLE, c.errors
+    for _ in range(40):
+        if n.node.storage_error() is not None:
+            break
+        await asyncio.sleep(0.25)
+    assert n.node.storage_error() is not None and not n.node.ready()  # /readyz says why
+    await end()
+    await c.until(lambda e: e == 0, 60)  # recovered by itself
+    for _ in range(100):
+        if n.node.ready():
+            break
+        await asyncio.sleep(0.1)
+    assert n.node.ready() and n.node.storage_error() is None
+    await c.until(lambda e: e == 0, 10)
+    assert await committed(n) == c.acked  # nothing acknowledged was lost
+    return c
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str = "4M") -> Iterator[Path]:
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+async def test_sqlite_on_a_full_disk(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "disk") as disk:
+        filler = disk / "filler"
+
+        async def fill() -> None:
+            with open(filler, "wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+
+        async def free() -> None:
+            filler.unlink()
+
+        async with running_node(
+            tmp_path, database_url=f"sqlite+aiosqlite:///{disk}/c.db", lease_ttl_ms=2000
+        ) as n:
+            c = await outage(n, fill, free)
+            assert c.acked > 20
+
+
+async def test_postgresql_stopped_for_15_seconds(tmp_path: Path) -> None:
+    pg = PrivatePostgres(prefix="coord-outage-pg-")
+    try:
+        await asyncio.to_thread(pg.start)
+        url = await asyncio.to_thread(pg.create_database, "outage")
+        stopped_at = 0.0
+
+        async def stop() -> None:
+            nonlocal stopped_at
+            stopped_at = time.monotonic()
+            await asyncio.to_thread(pg.stop, "immediate")
+
+        async def start_after_15_s() -> None:
+            await asyncio.sleep(max(0.0, 15 - (time.monotonic() - stopped_at)))
+            await asyncio.to_thread(pg.start)
+
+        async with running_node(tmp_path, database_url=url, lease_ttl_ms=2000) as n:
+            await outage(n, stop, start_after_15_s)
+    finally:
+        pg.cleanup()
