@@ -43,11 +43,14 @@ WORKLOAD_TOPIC = "work"
 WORKLOAD_PARTITIONS = 4
 # the real clients of a chaos run, beyond the consumer driver's defaults: a commit is tried once
 # and its outcome reported (the driver sends one every 0.8 s; the checks count the acknowledged
-# ones), a retriable error escaping poll() fails the consumer, short polls, request timeouts and
-# reconnect backoffs (the cluster loses nodes all along), and librdkafka's group statistics
+# ones), a retriable error escaping poll() is reported and the poll retried, as an application
+# must (kafka-python 3.0 re-raises its heartbeat loop's KafkaConnectionError('111 ECONNREFUSED')
+# from poll() once when the coordinator's node dies: README, Several nodes, failover), a
+# non-retriable one fails the consumer, short polls, request timeouts and reconnect backoffs (the
+# cluster loses nodes all along), and librdkafka's group statistics
 CHAOS_CLIENT: dict[str, str | int | bool | None] = {
     "commit_errors": "report",
-    "poll_errors": "fail",
+    "poll_errors": "retry",
     "poll_ms": 100,
     "request_timeout_ms": 20000,
     "reconnect_backoff_max_ms": 500,
