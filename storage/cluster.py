@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import errors
@@ -64,6 +64,17 @@ class Cluster:
     async def deregister_node(self, node_id: int) -> None:
         async with self._db.write() as conn:
             await conn.execute(nodes.delete().where(nodes.c.node_id == node_id))
+
+    async def clock_ms(self) -> int:
+        """The database's time in ms: what every node judges lease and node expiry by, so that
+        the nodes' own clocks may disagree or step. PostgreSQL's clock_timestamp(); for SQLite,
+        whose nodes share one machine, that machine's clock as SQLite reads it."""
+        if self._db.pg:
+            now = text("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint")
+        else:
+            now = text("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)")
+        async with self._db.read() as conn:
+            return int((await conn.execute(now)).scalar_one())
 
     async def live_nodes(self, now_ms: int, ttl_ms: int) -> list[NodeRow]:
         """Nodes whose last heartbeat is younger than ttl_ms, by node_id."""

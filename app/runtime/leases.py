@@ -103,8 +103,10 @@ class LeaseManager:
         """One lease round: heartbeat, renew, follow the placement plan, refresh topics."""
         # renew first: under load every statement waits for a turn of a busy event loop, and
         # the validity of what we hold counts from t0, taken just before the renewal
-        t0 = now_ms()
+        # lease and node expiry on the database's clock, shared by every node (design.md §6.4);
+        # local validity on this node's monotonic clock, taken before either
         mono0 = monotonic_ms()
+        t0 = await self.log.clock_ms()
         ttl = self.settings.lease_ttl_ms
         held = {pid: p.epoch for pid, p in self.partitions.items()}
         renewed = await self.log.renew_leases(self.node_id, held, ttl, t0)
@@ -190,7 +192,9 @@ class LeaseManager:
             if self.partitions.get(p.id) is p:
                 self.runtime.drop(p, "load failed")
                 with contextlib.suppress(StorageError):
-                    await self.log.release_lease(p.id, self.node_id, p.epoch, now_ms())
+                    await self.log.release_lease(
+                        p.id, self.node_id, p.epoch, await self.log.clock_ms()
+                    )
 
     async def handover(self, p: Partition) -> None:
         """Graceful move: unload, let queued writes land, then give the lease back."""
@@ -198,7 +202,7 @@ class LeaseManager:
         with contextlib.suppress(StorageError):
             await self.runtime.writer.submit(p.id, p.epoch, [])  # after our earlier writes
         with contextlib.suppress(StorageError):
-            await self.log.release_lease(p.id, self.node_id, p.epoch, now_ms())
+            await self.log.release_lease(p.id, self.node_id, p.epoch, await self.log.clock_ms())
 
     def owner_of(self, pid: int) -> int | None:
         """The node serving `pid`: this node if it has it, else the live lease holder."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +35,32 @@ async def test_a_wall_clock_step_back_does_not_extend_a_lease(
         assert not n.node.ready()
         monkeypatch.undo()
         await c.close()
+
+
+def epochs(node: Any) -> dict[int, int]:
+    return {pid: p.epoch for pid, p in node.partitions.items()}
+
+
+async def test_nodes_judge_leases_on_the_databases_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both nodes' clocks jump an hour ahead: with leases judged on their own clocks every
+    lease would look expired and each node would take the other's partitions; on the
+    database's clock nothing moves."""
+    from tests.api.helpers import two_nodes
+    from tests.api.test_auth_errors_redirect import settled
+
+    async with two_nodes(tmp_path) as (a, b):
+        await settled(a, b)
+        before = {
+            n.node.node_id: {pid: p.epoch for pid, p in n.node.partitions.items()} for n in (a, b)
+        }
+        real = time.time_ns
+        monkeypatch.setattr(time, "time_ns", lambda: real() + 3_600_000_000_000)
+        await asyncio.sleep(4)  # three lease rounds of TTL/4 = 1.25 s
+        monkeypatch.undo()
+        after = {
+            n.node.node_id: {pid: p.epoch for pid, p in n.node.partitions.items()} for n in (a, b)
+        }
+        assert after == before
+        assert a.node.ready() and b.node.ready()

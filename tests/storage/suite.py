@@ -328,6 +328,14 @@ class EventLogSuite:
         assert await writer.submit(0, epoch, [rec(101)]) == 100  # drained: accepted again
         await writer.stop()
 
+    async def test_the_database_clock_is_milliseconds_since_the_epoch(self, log: EventLog) -> None:
+        import time
+
+        first = await log.clock_ms()
+        assert abs(first - time.time_ns() // 1_000_000) < 5_000  # this machine's server
+        await asyncio.sleep(0.05)
+        assert await log.clock_ms() >= first + 40
+
     # --- leases --------------------------------------------------------------------------------
 
     async def test_lease_acquire_extend_expire_and_takeover(
