@@ -40,6 +40,8 @@ from app.group.timers import TimerQueue, heartbeat_key, pending_key
 
 log = logging.getLogger(__name__)
 
+MEMBER_ID_PREFIX_MAX = 64
+
 
 class Membership:
     def __init__(
@@ -113,7 +115,10 @@ class Membership:
             out.reply(handle, join_error(Error.INCONSISTENT_GROUP_PROTOCOL))
             return
         prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
-        member_id = self._new_member_id(prefix)
+        # Kafka's member id is "<client or instance id>-<uuid>"; the prefix is cut short here, so
+        # that a member id handed out (and kept while it is pending) costs a bounded few bytes
+        # whatever the client sent (protocol.md §2.2)
+        member_id = self._new_member_id(prefix[:MEMBER_ID_PREFIX_MAX])
         if req.group_instance_id is not None:
             self._join_new_static_member(handle, group, req, member_id, now, out)
         elif req.require_known_member_id:

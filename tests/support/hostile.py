@@ -295,20 +295,96 @@ async def attack(host: str, port: int, connections: int, seconds: float) -> dict
     return {k: dict(v) for k, v in outcomes.items()}
 
 
+# ==== junk that would grow state: memory must stay under a ceiling ===============================
+
+
+def _templated(template: bytes, marker: bytes, values: list[bytes]) -> list[bytes]:
+    at = template.index(marker)
+    return [template[:at] + v + template[at + len(marker) :] for v in values]
+
+
+async def _pipeline(
+    host: str, port: int, frames: list[bytes], error_of: Callable[[bytes], int], window: int = 500
+) -> Counter[int]:
+    """Send `frames` on one connection, at most `window` unanswered; count the error codes of
+    the replies. Reconnects when the node closes the connection."""
+    errors: Counter[int] = Counter()
+    reader, writer = await asyncio.open_connection(host, port)
+    for start in range(0, len(frames), window):
+        batch = frames[start : start + window]
+        writer.write(b"".join(batch))
+        try:
+            for _ in batch:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                errors[error_of(await reader.readexactly(size))] += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            errors[-1] += 1  # closed by the node
+            writer.close()
+            reader, writer = await asyncio.open_connection(host, port)
+    writer.close()
+    return errors
+
+
+# Flexible replies: correlation id (4), header tags (1), throttle time (4), then JoinGroup v9's
+# error code; OffsetCommit v8's one partition error sits before the last three tag bytes.
+def _join_error(body: bytes) -> int:
+    return int(struct.unpack_from(">h", body, 9)[0])
+
+
+def _commit_error(body: bytes) -> int:
+    return int(struct.unpack_from(">h", body, len(body) - 5)[0])
+
+
+async def junk(
+    host: str, port: int, joins: int, commits: int, client_id_bytes: int, connections: int = 8
+) -> dict[str, Any]:
+    """`joins` JoinGroups (v9, a new group each, client ids of `client_id_bytes`: each leaves
+    a pending member for its session timeout) and `commits` generation -1 OffsetCommits to new
+    group ids, pipelined on `connections` connections."""
+    join = _frame(
+        11, 9, 7, "c" * client_id_bytes, group_id="junk-join-XXXXXXXX", session_timeout=30_000,
+        rebalance_timeout=30_000, member_id="", group_instance_id=None, protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b""}], reason=None,
+    )  # fmt: skip
+    commit = _frame(
+        8, 8, 7, group_id="junk-commit-XXXXXXXX", generation_id_or_member_epoch=-1,
+        member_id="", group_instance_id=None, retention_time=-1,
+        topics=[{"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                 "committed_leader_epoch": -1, "committed_metadata": ""}]}],
+    )  # fmt: skip
+    ids = [f"{i:08d}".encode() for i in range(max(joins, commits))]
+    out: dict[str, Any] = {}
+    kinds = (("joins", join, joins, _join_error), ("commits", commit, commits, _commit_error))
+    for name, template, n, error_of in kinds:
+        frames = _templated(template, b"XXXXXXXX", ids[:n])
+        per = [frames[i::connections] for i in range(connections)]
+        counts = await asyncio.gather(*(_pipeline(host, port, p, error_of) for p in per if p))
+        total: Counter[int] = Counter()
+        for c in counts:
+            total.update(c)
+        out[name] = {str(k): v for k, v in sorted(total.items())}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("role", choices=["members", "attack"])
+    ap.add_argument("role", choices=["members", "attack", "junk"])
     ap.add_argument("address")
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--connections", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--joins", type=int, default=0)
+    ap.add_argument("--commits", type=int, default=0)
+    ap.add_argument("--client-id-bytes", type=int, default=4000)
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     host, port = a.address.rsplit(":", 1)
     if a.role == "members":
         result = asyncio.run(heartbeat(host, int(port), a.groups, a.seconds))
-    else:
+    elif a.role == "attack":
         result = asyncio.run(attack(host, int(port), a.connections, a.seconds))
+    else:
+        result = asyncio.run(junk(host, int(port), a.joins, a.commits, a.client_id_bytes))
     a.out.write_text(json.dumps(result, indent=2))
 
 

@@ -587,3 +587,10 @@ def test_member_ids_handed_out_and_unused_are_bounded() -> None:
     # once a pending id expires its place is free again
     ctx.advance(SESSION_MS + 1)
     assert ctx.join_reply(ctx.join(client_id="late")).error == Error.MEMBER_ID_REQUIRED
+
+
+def test_a_member_id_keeps_only_the_first_64_characters_of_its_prefix() -> None:
+    ctx = Context()
+    r = ctx.join_reply(ctx.join(client_id="c" * 5000))
+    assert r.error is Error.MEMBER_ID_REQUIRED
+    assert r.member_id.startswith("c" * 64 + "-") and len(r.member_id) < 64 + 40
