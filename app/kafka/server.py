@@ -70,6 +70,10 @@ class ServerLimits:
 HEAVY_FRAME_BYTES: Final = 16 * 1024
 # A connection serves frames of one read for this long, then lets the others have the loop.
 TURN_SHARE_S: Final = 0.005
+# The loop is checked every SHED_CHECK_S; when a check comes SHED_LAG_S late, every connection
+# stops reading until one comes less than a quarter of that late.
+SHED_CHECK_S: Final = 0.05
+SHED_LAG_S: Final = 0.1
 
 _SIZE: Final = struct.Struct(">i")
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -113,6 +117,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reading_paused = False
         self._heavy_wait = False  # a large frame waits for the server's turn (see KafkaServer)
         self._yielding = False  # served its share of this loop turn; the rest waits for the next
+        self._shed = server.shedding  # the whole node sheds load (see KafkaServer._watch_lag)
         self._write_paused = False
         # replies ready in one loop iteration leave in one write (one syscall, not one each)
         self._out: list[bytes] = []
@@ -202,6 +207,10 @@ class KafkaConnection(asyncio.Protocol):
     @property
     def closing(self) -> bool:
         return self._closing
+
+    def shed(self, on: bool) -> None:
+        self._shed = on
+        self._update_reading()
 
     def heavy_turn(self) -> None:
         """The server's turn for a large frame came: serve what waited."""
@@ -456,6 +465,7 @@ class KafkaConnection(asyncio.Protocol):
             if (
                 not self._heavy_wait
                 and not self._yielding
+                and not self._shed
                 and not self._write_paused
                 and len(self._slots) < self._max_inflight // 2
                 and self._queued_bytes < self._max_queued_bytes // 2
@@ -467,6 +477,7 @@ class KafkaConnection(asyncio.Protocol):
         elif (
             self._heavy_wait
             or self._yielding
+            or self._shed
             or self._write_paused
             or len(self._slots) >= self._max_inflight
             or self._queued_bytes >= self._max_queued_bytes
@@ -507,6 +518,8 @@ class KafkaServer(asyncio.AbstractServer):
         self._sweeper: asyncio.Task[None] | None = None
         self._heavy_taken = False
         self._heavy_waiting: deque[KafkaConnection] = deque()
+        self.shedding = False
+        self._watchdog: asyncio.Task[None] | None = None
 
     async def start(self) -> KafkaServer:
         version_table()  # load every kio class before the first client arrives
@@ -515,7 +528,27 @@ class KafkaServer(asyncio.AbstractServer):
             lambda: KafkaConnection(self), self.host, self.requested_port
         )
         self._sweeper = loop.create_task(self._sweep(), name="kafka-connection-deadlines")
+        self._watchdog = loop.create_task(self._watch_lag(), name="kafka-load-shedding")
         return self
+
+    async def _watch_lag(self) -> None:
+        """When the loop falls behind (a flood of requests, however valid each is), every
+        connection stops reading until it catches up: lease renewals and timers, which wait
+        for turns of the same loop, must not starve, or the node would lose its leases."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(SHED_CHECK_S)
+            lag = loop.time() - started - SHED_CHECK_S
+            if lag > SHED_LAG_S and not self.shedding:
+                self._shed_all(True)
+            elif lag < SHED_LAG_S / 4 and self.shedding:
+                self._shed_all(False)
+
+    def _shed_all(self, on: bool) -> None:
+        self.shedding = on
+        for conn in list(self.connections):
+            conn.shed(on)
 
     def admit(self, conn: KafkaConnection) -> str | None:
         """Count a new connection in; the reason to refuse it when over a limit."""
@@ -582,9 +615,10 @@ class KafkaServer(asyncio.AbstractServer):
 
     def close(self) -> None:
         self.server.close()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        for task in (self._sweeper, self._watchdog):
+            if task is not None:
+                task.cancel()
+        self._sweeper = self._watchdog = None
         for conn in list(self.connections):
             conn.close()
 

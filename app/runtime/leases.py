@@ -71,6 +71,8 @@ class LeaseManager:
         self.load_errors: dict[int, LoadError] = {}  # partition -> its last failed load
         # the database failing the lease rounds: (what it said, since when, monotonic ms)
         self.round_error: tuple[str, int] | None = None
+        # (database time, this node's monotonic time) when it was last read
+        self._db_clock: tuple[int, int] | None = None
 
     @property
     def partitions(self) -> dict[int, Partition]:
@@ -101,12 +103,15 @@ class LeaseManager:
 
     async def tick(self) -> None:
         """One lease round: heartbeat, renew, follow the placement plan, refresh topics."""
-        # renew first: under load every statement waits for a turn of a busy event loop, and
-        # the validity of what we hold counts from t0, taken just before the renewal
-        # lease and node expiry on the database's clock, shared by every node (design.md §6.4);
-        # local validity on this node's monotonic clock, taken before either
+        # Renew first: under load every statement waits for a turn of a busy event loop, and
+        # the validity of what we hold counts from mono0, taken just before the renewal, on
+        # this node's monotonic clock. Lease and node expiry are on the database's clock,
+        # shared by every node (design.md §6.4): t0 is the database time as last read, moved
+        # on by the monotonic time since, so the renewal waits for no extra round trip.
         mono0 = monotonic_ms()
-        t0 = await self.log.clock_ms()
+        if self._db_clock is None:
+            self._db_clock = (await self.log.clock_ms(), monotonic_ms())
+        t0 = self._db_clock[0] + (mono0 - self._db_clock[1])
         ttl = self.settings.lease_ttl_ms
         held = {pid: p.epoch for pid, p in self.partitions.items()}
         renewed = await self.log.renew_leases(self.node_id, held, ttl, t0)
@@ -159,6 +164,7 @@ class LeaseManager:
             for pid, epoch in sorted(got.items()):
                 self._claim(pid, epoch, valid_until)
         await self._after_round()
+        self._db_clock = (await self.log.clock_ms(), monotonic_ms())  # for the next round
 
     def _claim(self, pid: int, epoch: int, valid_until: int) -> None:
         p = self.runtime.add(pid, epoch, valid_until)

@@ -65,3 +65,34 @@ def test_the_attack_mix_neither_stops_nor_stalls_the_node(tmp_path: Path) -> Non
         assert sum(sum(v.values()) for v in outcomes.values()) > 100  # the attacks did run
     finally:
         node.stop()
+
+
+def test_junk_joins_and_commits_to_new_groups_stop_at_the_groups_bound(tmp_path: Path) -> None:
+    """JoinGroups to new groups with 4 KB client ids (each leaves a pending member) and
+    generation -1 commits to new group ids: the node's groups stop at COORD_MAX_GROUPS and its
+    memory with them."""
+    node = CoordinatorProcess(
+        f"sqlite+aiosqlite:///{tmp_path}/c.db",
+        tmp_path,
+        {"COORD_MAX_GROUPS": "20000", "COORD_TOPICS": "t1:3", "COORD_LOG_LEVEL": "WARNING"},
+    )
+    node.start()
+    try:
+        assert node.proc is not None
+        rss_before = rss_mb(node.proc.pid)
+        out = tmp_path / "junk.json"
+        junk = subprocess.run(
+            [sys.executable, "-m", "tests.support.hostile", "junk", node.bootstrap,
+             "--joins=10000", "--commits=60000", "--client-id-bytes=4000", f"--out={out}"],
+            cwd=ROOT, timeout=300,
+        )  # fmt: skip
+        assert junk.returncode == 0
+        got = json.loads(out.read_text())
+        grown = rss_mb(node.proc.pid) - rss_before
+        print("junk:", got, f"RSS +{grown:.0f} MB")
+        assert got["joins"] == {"79": 10000}  # MEMBER_ID_REQUIRED: a pending member each
+        assert got["commits"] == {"0": 10000, "15": 50000}  # COORDINATOR_NOT_AVAILABLE past it
+        assert node.running
+        assert grown < 100, grown  # ~2 KB a group; the bound holds it there
+    finally:
+        node.stop()
