@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from app.kafka.codec import field_infos
 
-_FIXED: Final = {
+FIXED_SIZES: Final = {
     "int8": 1,
     "uint8": 1,
     "bool": 1,
@@ -63,9 +63,9 @@ class _Field:
         self.fixed = 0
         if info.entity is not None:
             self.kind = _K_ENTITY
-        elif info.kafka_type in _FIXED:
+        elif info.kafka_type in FIXED_SIZES:
             self.kind = _K_FIXED
-            self.fixed = _FIXED[info.kafka_type]
+            self.fixed = FIXED_SIZES[info.kafka_type]
         elif info.kafka_type == "string":
             self.kind = _K_STRING
         elif info.kafka_type in ("bytes", "records"):

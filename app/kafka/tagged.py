@@ -12,25 +12,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from app.kafka.bounded import FIXED_SIZES as _FIXED_SIZES
 from app.kafka.codec import FieldInfo, field_infos
-
-_FIXED_SIZES = {
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "int16": 2,
-    "uint16": 2,
-    "error_code": 2,
-    "int32": 4,
-    "uint32": 4,
-    "timedelta_i32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "uuid": 16,
-}
 
 
 class MalformedFrame(ValueError):
@@ -74,7 +57,7 @@ class _Cursor:
         return value
 
 
-def _uvarint(value: int) -> bytes:
+def uvarint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -155,8 +138,8 @@ def _copy_entity(cls: type[Any], cur: _Cursor, out: bytearray, *, is_header: boo
             sub = _Cursor(raw)
             _copy_field(tagged, flexible, False, sub, inner, in_tag=True)
             raw = bytes(inner)
-        kept.append(_uvarint(tag) + _uvarint(len(raw)) + raw)
-    out += _uvarint(len(kept))
+        kept.append(uvarint(tag) + uvarint(len(raw)) + raw)
+    out += uvarint(len(kept))
     for item in kept:
         out += item
 

@@ -24,17 +24,9 @@ from typing import Any
 
 from app.kafka.apis import version_table
 from app.kafka.bounded import _K_BYTES, _K_ENTITY, _K_FIXED, _Field, _schema
+from app.kafka.tagged import uvarint
 
 CORPUS = Path(__file__).parent / "corpus"
-
-
-def _uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 class _Gen:
@@ -47,7 +39,7 @@ class _Gen:
 
     def length(self, n: int, flexible: bool, legacy: bool, wide: bool) -> None:
         if flexible and not legacy:
-            enc = _uvarint(n + 1)
+            enc = uvarint(n + 1)
             self.lengths.append((len(self.out), len(enc), "varint"))
             self.out += enc
         elif wide:
@@ -87,10 +79,10 @@ class _Gen:
         if s.flexible:
             n_unknown = self.rnd.choice((0, 0, 0, 1, 2))
             self.lengths.append((len(self.out), 1, "varint"))
-            self.out += _uvarint(n_unknown)
+            self.out += uvarint(n_unknown)
             for i in range(n_unknown):
                 body = self.rnd.randbytes(self.rnd.choice((0, 1, 5)))
-                self.out += _uvarint(1000 + i) + _uvarint(len(body)) + body
+                self.out += uvarint(1000 + i) + uvarint(len(body)) + body
 
 
 def valid_frame(rnd: random.Random, api_key: int, version: int) -> tuple[bytes, list[Any]]:

@@ -194,6 +194,21 @@ async def read_replies(reader: asyncio.StreamReader, n: int) -> list[int]:
     return ids
 
 
+# a static member's first join: parked for COORD_INITIAL_REBALANCE_DELAY_MS
+PARKED_JOIN = KafkaTestClient.build_request(
+    11,
+    9,
+    group_id="parked",
+    session_timeout=10_000,
+    rebalance_timeout=10_000,
+    member_id="",
+    group_instance_id="i",
+    protocol_type="consumer",
+    protocols=[{"name": "range", "metadata": b""}],
+    reason=None,
+)
+
+
 def server_conn(node: RunningNode, client_id_port: int) -> Any:
     (conn,) = [c for c in node.server.connections if c._peer.endswith(f":{client_id_port}")]
     return conn
@@ -204,18 +219,7 @@ async def test_requests_piled_behind_a_parked_join_stop_the_reading(
     node: RunningNode, client: KafkaTestClient
 ) -> None:
     m, gen = await stable_group(client, "steady")  # delay: parks ~1.5 s, then Stable
-    join = KafkaTestClient.build_request(
-        11,
-        9,
-        group_id="parked",
-        session_timeout=10_000,
-        rebalance_timeout=10_000,
-        member_id="",
-        group_instance_id="i",
-        protocol_type="consumer",
-        protocols=[{"name": "range", "metadata": b""}],
-        reason=None,
-    )
+    join = PARKED_JOIN
     hb = KafkaTestClient.build_request(
         12, 4, group_id="nope", generation_id=1, member_id="x", group_instance_id=None
     )
@@ -238,18 +242,7 @@ async def test_requests_piled_behind_a_parked_join_stop_the_reading(
 async def test_reply_bytes_piled_behind_a_parked_join_stop_the_reading(
     node: RunningNode, client: KafkaTestClient
 ) -> None:
-    join = KafkaTestClient.build_request(
-        11,
-        9,
-        group_id="parked",
-        session_timeout=10_000,
-        rebalance_timeout=10_000,
-        member_id="",
-        group_instance_id="i",
-        protocol_type="consumer",
-        protocols=[{"name": "range", "metadata": b""}],
-        reason=None,
-    )
+    join = PARKED_JOIN
     meta = KafkaTestClient.build_request(
         3,
         12,
