@@ -13,7 +13,8 @@ import uvicorn
 from api.app import create_app
 from app.config import Settings
 from app.kafka.apis import version_table
-from app.kafka.server import ServerLimits, start_kafka_server
+from app.kafka.limits import ServerLimits
+from app.kafka.server import start_kafka_server
 from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async

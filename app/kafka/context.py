@@ -7,7 +7,7 @@ import enum
 import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from app.group.messages import Error
 from app.service import CoordinatorService
@@ -56,3 +56,37 @@ class Api:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
+
+
+async def drive(coro: Coroutine[Any, Any, HandlerResult], step: Any) -> HandlerResult:
+    """Drive, as a Task would, a handler coroutine that was started eagerly and suspended
+    yielding `step`: the future it awaits, or None for a bare yield (asyncio.sleep(0)).
+    Exceptions and cancellation of the wait are thrown into the coroutine at that point."""
+    while True:
+        try:
+            if step is None:
+                await asyncio.sleep(0)
+            else:
+                # the coroutine's own await marked the future as being waited on; we take
+                # over that wait (Task.__step clears the flag the same way)
+                step._asyncio_future_blocking = False
+                await step
+        except BaseException as exc:  # handed to the coroutine, as a Task does
+            try:
+                step = coro.throw(exc)
+            except StopIteration as done:
+                return cast(HandlerResult, done.value)
+            continue
+        try:
+            step = coro.send(None)
+        except StopIteration as done:
+            return cast(HandlerResult, done.value)
+
+
+def reply_error_code(version: int, result: HandlerResult) -> int:
+    """The reply's top-level error code for metrics (0 when the reply has none)."""
+    if isinstance(result, bytes):  # hand-packed Heartbeat body: [throttle_time_ms] error_code
+        offset = 0 if version == 0 else 4
+        return int.from_bytes(result[offset : offset + 2], "big", signed=True)
+    code = getattr(result, "error_code", 0)
+    return int(code)

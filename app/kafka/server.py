@@ -15,65 +15,35 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from app.config import Settings
 from app.group.messages import Error
 from app.kafka.apis import (
     API_VERSIONS,
     ApiVersionEntry,
-    DecodeLimits,
     api_name,
     unsupported_api_versions_frame,
     version_table,
 )
-from app.kafka.context import NO_RESPONSE, AsyncHandler, HandlerResult, RequestContext
+from app.kafka.context import (
+    NO_RESPONSE,
+    AsyncHandler,
+    HandlerResult,
+    RequestContext,
+    drive,
+    reply_error_code,
+)
+from app.kafka.limits import (
+    HEAVY_FRAME_BYTES,
+    SHED_CHECK_S,
+    SHED_LAG_S,
+    TURN_SHARE_S,
+    ServerLimits,
+)
 from app.service import CoordinatorError, CoordinatorService
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class ServerLimits:
-    """What one client can make the listener hold (README: Limits and hostile clients)."""
-
-    max_frame_bytes: int = 16 * 1024 * 1024  # Kafka: socket.request.max.bytes
-    max_connections: int = 10_000  # Kafka: max.connections
-    max_connections_per_ip: int = 1_000  # Kafka: max.connections.per.ip
-    connections_max_idle_ms: int = 600_000  # Kafka: connections.max.idle.ms
-    frame_deadline_ms: int = 30_000  # a frame begun must be complete within this (slow senders)
-    # Reading pauses while this many requests are unanswered on one connection, or this many
-    # reply bytes wait behind an unanswered one (a parked JoinGroup or Fetch), or the
-    # transport's write buffer is full (a client that does not read); it resumes at half.
-    max_inflight_requests: int = 1024
-    max_queued_reply_bytes: int = 8 * 1024 * 1024
-    decode: DecodeLimits = field(default_factory=DecodeLimits)
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> ServerLimits:
-        return cls(
-            max_frame_bytes=s.max_frame_bytes,
-            max_connections=s.max_connections,
-            max_connections_per_ip=s.max_connections_per_ip,
-            connections_max_idle_ms=s.connections_max_idle_ms,
-            frame_deadline_ms=s.frame_deadline_ms,
-            max_inflight_requests=s.max_inflight_requests,
-            max_queued_reply_bytes=s.max_queued_reply_bytes,
-            decode=DecodeLimits(s.max_client_id_bytes, s.max_request_elements),
-        )
-
-
-# A frame this large (a leader's SyncGroup, thousands of partitions or names) costs the loop
-# milliseconds to tens of milliseconds: at most one is served per turn of the loop, so small
-# requests of every other connection are never queued behind many of them.
-HEAVY_FRAME_BYTES: Final = 16 * 1024
-# A connection serves frames of one read for this long, then lets the others have the loop.
-TURN_SHARE_S: Final = 0.005
-# The loop is checked every SHED_CHECK_S; when a check comes SHED_LAG_S late, every connection
-# stops reading until one comes less than a quarter of that late.
-SHED_CHECK_S: Final = 0.05
-SHED_LAG_S: Final = 0.1
 
 _SIZE: Final = struct.Struct(">i")
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -329,7 +299,7 @@ class KafkaConnection(asyncio.Protocol):
         slot = _Slot()
         self._slots.append(slot)
         assert self._loop is not None
-        task = self._loop.create_task(_resume(coro, step), name=entry.api.name)
+        task = self._loop.create_task(drive(coro, step), name=entry.api.name)
         task.add_done_callback(
             functools.partial(self._on_done, slot, entry, ctx, body, correlation_id)
         )
@@ -403,7 +373,7 @@ class KafkaConnection(asyncio.Protocol):
         if result is NO_RESPONSE:
             return b""
         if self._observe is not None and result is not None:
-            self._observe(entry.api.name, entry.version, _error_code(entry.version, result))
+            self._observe(entry.api.name, entry.version, reply_error_code(entry.version, result))
         if result is not None:
             try:
                 return entry.frame(correlation_id, result)
@@ -640,40 +610,6 @@ class KafkaServer(asyncio.AbstractServer):
 
     async def serve_forever(self) -> None:
         await self.server.serve_forever()
-
-
-async def _resume(coro: Coroutine[Any, Any, HandlerResult], step: Any) -> HandlerResult:
-    """Drive, as a Task would, a handler coroutine that was started eagerly and suspended
-    yielding `step`: the future it awaits, or None for a bare yield (asyncio.sleep(0)).
-    Exceptions and cancellation of the wait are thrown into the coroutine at that point."""
-    while True:
-        try:
-            if step is None:
-                await asyncio.sleep(0)
-            else:
-                # the coroutine's own await marked the future as being waited on; we take
-                # over that wait (Task.__step clears the flag the same way)
-                step._asyncio_future_blocking = False
-                await step
-        except BaseException as exc:  # handed to the coroutine, as a Task does
-            try:
-                step = coro.throw(exc)
-            except StopIteration as done:
-                return cast(HandlerResult, done.value)
-            continue
-        try:
-            step = coro.send(None)
-        except StopIteration as done:
-            return cast(HandlerResult, done.value)
-
-
-def _error_code(version: int, result: HandlerResult) -> int:
-    """The reply's top-level error code for metrics (0 when the reply has none)."""
-    if isinstance(result, bytes):  # hand-packed Heartbeat body: [throttle_time_ms] error_code
-        offset = 0 if version == 0 else 4
-        return int.from_bytes(result[offset : offset + 2], "big", signed=True)
-    code = getattr(result, "error_code", 0)
-    return int(code)
 
 
 async def start_kafka_server(

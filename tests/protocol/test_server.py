@@ -321,7 +321,7 @@ async def test_stop_closes_open_connections(node: RunningNode, client: KafkaTest
 
 
 async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() -> None:
-    from app.kafka.server import _resume
+    from app.kafka.context import drive as _resume
 
     loop = asyncio.get_running_loop()
 

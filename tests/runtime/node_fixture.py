@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings
-from app.kafka.server import KafkaServer, ServerLimits, start_kafka_server
+from app.kafka.limits import ServerLimits
+from app.kafka.server import KafkaServer, start_kafka_server
 from app.runtime.node import CoordinatorNode
 from storage.log import EventLog
 from storage.migrate import upgrade_async

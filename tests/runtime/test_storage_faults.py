@@ -79,11 +79,11 @@ async def outage(
     assert n.node.storage_error() is not None and not n.node.ready()  # /readyz says why
     await end()
     await c.until(lambda e: e == 0, 60)  # recovered by itself
-    for _ in range(100):
-        if n.node.ready():
+    for _ in range(300):  # the next lease rounds succeed (stale pooled connections are dropped)
+        if n.node.ready() and n.node.storage_error() is None:
             break
         await asyncio.sleep(0.1)
-    assert n.node.ready() and n.node.storage_error() is None
+    assert n.node.ready() and n.node.storage_error() is None, n.node.storage_error()
     await c.until(lambda e: e == 0, 10)
     assert await committed(n) == c.acked  # nothing acknowledged was lost
     return c
