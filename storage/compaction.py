@@ -92,15 +92,20 @@ class Compaction:
         start = int(lo)
         while start <= hi:
             end = min(start + chunk_offsets, int(hi) + 1)
-            async with db.write() as conn:
-                await run_async(conn, fence(db.sql, [(partition, node_id, epoch)]))
-                where = (R.partition == partition) & (R.offset >= start) & (R.offset < end)
+            # Choose outside the write transaction, so the write lock is held only for the
+            # archive and the delete: appends and lease renewals wait for no scan. What is
+            # chosen stays true: a superseded record keeps a newer one (only superseded ones
+            # are removed), and no record older than a tombstone ever comes back.
+            where = (R.partition == partition) & (R.offset >= start) & (R.offset < end)
+            async with db.read() as conn:
                 doomed = [
                     o
                     for (o,) in await conn.execute(
                         select(R.offset).where(where & (superseded | expired_tombstone))
                     )
                 ]
+            async with db.write() as conn:
+                await run_async(conn, fence(db.sql, [(partition, node_id, epoch)]))
                 if doomed:
                     chosen = (R.partition == partition) & R.offset.in_(doomed)
                     if archive:

@@ -91,12 +91,11 @@ def test_junk_joins_and_commits_to_new_groups_stop_at_the_groups_bound(tmp_path:
         got = json.loads(out.read_text())
         grown = rss_mb(node.proc.pid) - rss_before
         print("junk:", got, f"RSS +{grown:.0f} MB")
-        # MEMBER_ID_REQUIRED: a pending member each (NOT_COORDINATOR while a lease renewal
-        # waits for the disk under the flood: safe, and retriable)
-        assert set(got["joins"]) <= {"79", "16"} and got["joins"].get("79", 0) > 0
+        # MEMBER_ID_REQUIRED: a pending member each; never NOT_COORDINATOR (16): the flood
+        # must not make the node's lease renewals late
+        assert got["joins"] == {"79": 10000}
         # accepted until the node holds 20,000 groups, COORDINATOR_NOT_AVAILABLE after
-        assert set(got["commits"]) <= {"0", "15", "16"}, got
-        assert got["commits"].get("15", 0) > 0
+        assert set(got["commits"]) == {"0", "15"}, got
         assert node.running
         with urllib.request.urlopen(node.admin_url + "/metrics", timeout=5) as r:
             metrics = r.read().decode()
