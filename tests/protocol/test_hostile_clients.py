@@ -280,3 +280,20 @@ async def test_a_group_id_over_the_limit_is_an_invalid_group_id(
     assert resp.groups[0].error_code == Error.INVALID_GROUP_ID
     assert node.node.runtime.group_count() == 1
     await assert_member_unharmed(client, "steady", m, gen)
+
+
+async def test_a_core_that_raises_leaves_no_waiter_behind(
+    node: RunningNode, client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each failed write used to leave its future in the runtime for good (a slow leak a
+    client could drive by sending what makes the core raise)."""
+    from app.group.coordinator import GroupCoordinator
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(GroupCoordinator, "join_group", broken)
+    for _ in range(50):
+        joined = await client.join_group("boom", "", version=9)
+        assert joined.error_code == Error.UNKNOWN_SERVER_ERROR
+    assert node.node.runtime._waiting == {}
