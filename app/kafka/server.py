@@ -118,7 +118,7 @@ class KafkaConnection(asyncio.Protocol):
         buf = self._buf
         if not buf:
             self._frame_started = now
-        if buf:
+        else:
             # A frame is partly buffered: only join once it can be complete (a large frame
             # arriving in many chunks is then copied once, not once per chunk).
             buf += data
@@ -506,10 +506,14 @@ class KafkaServer(asyncio.AbstractServer):
         connection stops reading until it catches up: lease renewals and timers, which wait
         for turns of the same loop, must not starve, or the node would lose its leases."""
         loop = asyncio.get_running_loop()
+        # optional metrics hook of the service: each reading, in seconds
+        observe: Callable[[float], None] | None = getattr(self.service, "observe_loop_lag", None)
         while True:
             started = loop.time()
             await asyncio.sleep(SHED_CHECK_S)
-            lag = loop.time() - started - SHED_CHECK_S
+            lag = max(loop.time() - started - SHED_CHECK_S, 0.0)
+            if observe is not None:
+                observe(lag)
             if lag > SHED_LAG_S and not self.shedding:
                 self._shed_all(True)
             elif lag < SHED_LAG_S / 4 and self.shedding:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections import deque
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -67,20 +67,14 @@ class NodeMetrics:
             "the largest event-loop lag seen in the last 10 s",
             registry=r,
         )
+        self._recent_lags: deque[float] = deque(maxlen=200)  # 10 s of 50 ms readings
 
-    async def watch_loop_lag(self, interval: float = 0.1, window: int = 100) -> None:
-        """Sleep `interval` over and over and record how late each wake-up is."""
-        loop = asyncio.get_running_loop()
-        recent: list[float] = []
-        while True:
-            expected = loop.time() + interval
-            await asyncio.sleep(interval)
-            lag = max(loop.time() - expected, 0.0)
-            self.loop_lag.observe(lag)
-            recent.append(lag)
-            if len(recent) > window:
-                del recent[0]
-            self.loop_lag_max.set(max(recent))
+    def observe_loop_lag(self, lag: float) -> None:
+        """One reading of how late the event loop was (the Kafka listener checks it every
+        50 ms to shed load, and reports each reading here)."""
+        self.loop_lag.observe(lag)
+        self._recent_lags.append(lag)
+        self.loop_lag_max.set(max(self._recent_lags))
 
     def observe_append(self, records: int, seconds: float) -> None:
         self.append_records.observe(records)

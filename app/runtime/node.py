@@ -185,6 +185,9 @@ class CoordinatorNode:
             "retry_in_ms": max(e.retry_at_ms - monotonic_ms(), 0),
         }
 
+    def observe_loop_lag(self, lag: float) -> None:
+        self.metrics.observe_loop_lag(lag)
+
     def observe_request(self, api: str, version: int, error: int) -> None:
         # the labelled child is looked up once per (api, version, error): prometheus-client's
         # labels() costs more than the rest of a Heartbeat's handling
@@ -215,7 +218,6 @@ class CoordinatorNode:
         if self.owns_metadata():
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
-        self._tasks.append(asyncio.create_task(self.metrics.watch_loop_lag(), name="loop-lag"))
 
     async def tick(self) -> None:
         await self.leasing.tick()

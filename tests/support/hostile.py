@@ -211,20 +211,7 @@ def _oversized(rnd: random.Random) -> bytes:
 
 async def _slow_sender(host: str, port: int, rnd: random.Random) -> str:
     """A frame begun and never finished (the node closes it at COORD_FRAME_DEADLINE_MS)."""
-    try:
-        reader, writer = await asyncio.open_connection(host, port)
-    except OSError:
-        return "refused"
-    writer.write(struct.pack(">i", 4096) + b"\x00\x0c")
-    try:
-        got = await asyncio.wait_for(reader.read(1), 3)
-        return "closed" if not got else "answered"
-    except TimeoutError:
-        return "open"
-    except OSError:
-        return "closed"
-    finally:
-        writer.close()
+    return await _send(host, port, struct.pack(">i", 4096) + b"\x00\x0c", linger=3)
 
 
 async def _pipeliner(host: str, port: int, rnd: random.Random) -> str:
