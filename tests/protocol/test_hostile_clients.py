@@ -74,6 +74,27 @@ async def test_repeated_names_are_answered_once(node: RunningNode, client: Kafka
         )
     )
     assert [t.name for t in resp.topics] == ["t1"]
+    # OffsetFetch v8: a group named twice, and a partition asked twice, are answered once
+    commit = await client.offset_commit("c1", {("t1", 0): 5, ("t1", 1): 6})
+    assert [p.error_code for t in commit.topics for p in t.partitions] == [0, 0]
+    asked = [("t1", 1), ("t1", 0), ("t1", 1)] * 100
+    fetched = await client.offset_fetch("", groups={"c1": asked, "c2": None})
+    assert [g.group_id for g in fetched.groups] == ["c1", "c2"]
+    (first,) = [g for g in fetched.groups if g.group_id == "c1"]
+    got = [
+        (t.name, p.partition_index, p.committed_offset) for t in first.topics for p in t.partitions
+    ]
+    assert got == [("t1", 1, 6), ("t1", 0, 5)]
+    raw = client.build_request(
+        9, 8, groups=[{"group_id": "c1", "topics": None}] * 50, require_stable=False
+    )
+    assert [g.group_id for g in (await client.request(raw)).groups] == ["c1"]
+    # DeleteGroups: one result per group named
+    deleted = await client.request(client.build_request(42, 2, groups_names=["c1", "c1", "c2"]))
+    assert [(r.group_id, r.error_code) for r in deleted.results] == [
+        ("c1", Error.NONE),
+        ("c2", Error.GROUP_ID_NOT_FOUND),
+    ]
 
 
 @pytest.mark.node_settings(max_client_id_bytes=64)
