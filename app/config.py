@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -69,6 +71,22 @@ class Settings(BaseSettings):
     concurrent_loads: int = Field(default=4, ge=1, le=64)
     log_level: str = "INFO"
     admin_token: str = ""  # when set, the admin API requires "Authorization: Bearer <token>"
+    # --- security (README: Security); each has a Kafka broker equivalent ---
+    listeners: str = ""  # PROTOCOL://host:port,… (listeners); empty = PLAINTEXT://kafka_listen
+    advertised_listeners: str = ""  # same shape and order (advertised.listeners)
+    ssl_certfile: str = ""  # ssl.keystore.location
+    ssl_keyfile: str = ""
+    ssl_cafile: str = ""  # ssl.truststore.location
+    ssl_client_auth: Literal["none", "requested", "required"] = "none"  # ssl.client.auth
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"  # sasl.enabled.mechanisms
+    authorizer: Literal["none", "acl"] = "none"  # authorizer.class.name
+    super_users: str = ""  # super.users: User:admin;User:ops
+    allow_everyone_if_no_acl_found: bool = False  # allow.everyone.if.no.acl.found
+    admin_allow_insecure: bool = False  # a non-loopback admin listener without a token
+    admin_ssl_certfile: str = ""
+    admin_ssl_keyfile: str = ""
+    advertised_admin_url: str = ""  # what other nodes and the CLI are sent to
+    admin_cors_origins: str = ""  # comma list; empty = no cross-origin requests at all
 
     @field_validator("topics")
     @classmethod
@@ -84,6 +102,9 @@ class Settings(BaseSettings):
         parse_hostport(self.admin_listen, 8080)
         if self.advertised_listener:
             parse_hostport(self.advertised_listener, 9092)
+        from app.security.listeners import check_listener_settings  # no import cycle at load
+
+        check_listener_settings(self)
         return self
 
     @property

@@ -7,10 +7,15 @@ import enum
 import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from app.group.messages import Error
+from app.security.acl import AclOperation, ResourceType
+from app.security.principal import ANONYMOUS
 from app.service import CoordinatorService
+
+if TYPE_CHECKING:
+    from app.security.manager import SecurityManager
 
 
 class NoResponse(enum.Enum):
@@ -33,6 +38,25 @@ class RequestContext:
     client_host: str
     # Resolved when the connection goes away; long polls (Fetch) stop waiting on it.
     closed: asyncio.Future[None] | None = None
+    principal: str = ANONYMOUS  # User:<name> once authenticated (SASL or certificate)
+    client_ip: str = ""  # what ACL host fields match
+    listener: str = "PLAINTEXT"  # the listener's name: Metadata answers with its addresses
+    security: SecurityManager | None = None  # None: no authorizer, everything allowed
+
+    def allowed(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        """Kafka's `authHelper.authorize`: may this request's principal do `op` on it?"""
+        security = self.security
+        return security is None or security.authorize(
+            self.principal, self.client_ip, op, rtype, name
+        )
+
+    def operations(self, rtype: ResourceType, name: str) -> int:
+        """The authorized_operations bit field of `name` for this principal."""
+        from app.security.acl import all_operations
+
+        if self.security is None:
+            return all_operations(rtype)
+        return self.security.authorized_operations(self.principal, self.client_ip, rtype, name)
 
 
 SyncHandler = Callable[[RequestContext, Any], HandlerResult]
