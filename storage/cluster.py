@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import cast
 
 from sqlalchemy import select, text, update
@@ -24,6 +25,28 @@ class NodeRow:
     admin_url: str | None
     heartbeat_ms: int
     started_ms: int
+    # listener name -> advertised (host, port); empty for a node that registered none
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def encode_listeners(listeners: dict[str, tuple[str, int]] | None) -> str | None:
+    """The nodes.listeners column: a JSON object name -> "host:port" ("[v6]:port")."""
+    if listeners is None:
+        return None
+    return json.dumps(
+        {name: f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for name, (h, p) in listeners.items()},
+        separators=(",", ":"),
+    )
+
+
+def decode_listeners(value: str | None) -> dict[str, tuple[str, int]]:
+    if not value:
+        return {}
+    out: dict[str, tuple[str, int]] = {}
+    for name, address in json.loads(value).items():
+        host, _, port = str(address).rpartition(":")
+        out[str(name)] = (host.removeprefix("[").removesuffix("]"), int(port))
+    return out
 
 
 class Cluster:
@@ -40,14 +63,18 @@ class Cluster:
         kafka_port: int,
         admin_url: str | None,
         now_ms: int,
+        *,
+        listeners: dict[str, tuple[str, int]] | None = None,
     ) -> None:
-        """Insert or replace this node's row (started_ms = heartbeat_ms = now_ms)."""
+        """Insert or replace this node's row (started_ms = heartbeat_ms = now_ms).
+        `listeners`: listener name -> the (host, port) advertised on it."""
         values = {
             "kafka_host": kafka_host,
             "kafka_port": kafka_port,
             "admin_url": admin_url,
             "heartbeat_ms": now_ms,
             "started_ms": now_ms,
+            "listeners": encode_listeners(listeners),
         }
         stmt = self._db.insert(nodes).values(node_id=node_id, **values)
         async with self._db.write() as conn:
@@ -82,12 +109,21 @@ class Cluster:
         async with self._db.read() as conn:
             rows = await conn.execute(
                 select(
-                    N.node_id, N.kafka_host, N.kafka_port, N.admin_url, N.heartbeat_ms, N.started_ms
+                    N.node_id,
+                    N.kafka_host,
+                    N.kafka_port,
+                    N.admin_url,
+                    N.heartbeat_ms,
+                    N.started_ms,
+                    N.listeners,
                 )
                 .where(N.heartbeat_ms > now_ms - ttl_ms)
                 .order_by(N.node_id)
             )
-            return [NodeRow(*r) for r in cast(Rows, rows.all())]
+            return [
+                NodeRow(node_id, host, port, admin_url, hb, started, decode_listeners(listeners))
+                for node_id, host, port, admin_url, hb, started, listeners in cast(Rows, rows.all())
+            ]
 
     # --- cluster meta ----------------------------------------------------------------------
 

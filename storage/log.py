@@ -48,6 +48,7 @@ from storage.envelope import (
 )
 from storage.errors import translate_errors
 from storage.leases import Claim, LeaseRow, Leases, fence
+from storage.security import Security
 from storage.statements import Rows, Stmt, Txn
 from storage.tables import log_records
 
@@ -97,7 +98,7 @@ class _Newest:
         return [Envelope(name(t, t), k, v) for _, t, k, v in rows]
 
 
-class EventLog(Leases, Cluster, Compaction):
+class EventLog(Leases, Cluster, Compaction, Security):
     """Create with `await EventLog.open(url)`; the schema must exist (storage.migrate)."""
 
     def __init__(self, db: Database, record_types: Iterable[int] = ()) -> None:

@@ -11,8 +11,10 @@ from sqlalchemy import (
     Column,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -72,6 +74,8 @@ nodes = Table(
     Column("admin_url", String(1024), nullable=True),
     Column("heartbeat_ms", BigInteger, nullable=False),
     Column("started_ms", BigInteger, nullable=False),
+    # JSON object listener name -> "host:port" (the advertised address of each listener)
+    Column("listeners", Text, nullable=True),
 )
 
 cluster_meta = Table(
@@ -79,4 +83,35 @@ cluster_meta = Table(
     metadata,
     Column("name", Text, primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+# SCRAM credentials (KIP-84, RFC 5802): per user and mechanism what verifies a password,
+# never the password itself. Shared by every node (storage/security.py).
+scram_credentials = Table(
+    "scram_credentials",
+    metadata,
+    Column("user_name", Text, nullable=False),
+    Column("mechanism", String(32), nullable=False),  # "SCRAM-SHA-256" | "SCRAM-SHA-512"
+    Column("salt", LargeBinary, nullable=False),
+    Column("iterations", Integer, nullable=False),
+    Column("stored_key", LargeBinary, nullable=False),
+    Column("server_key", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("user_name", "mechanism"),
+)
+
+# ACL bindings; the small ints are the wire codes of app/security/acl.py's enums.
+# binding_key is the SHA-256 of the seven fields (storage/security.py): the key that makes a
+# binding unique, short whatever the length of its names (a PostgreSQL index entry over the
+# names themselves is limited to about 2.7 kB, a group id may be 4 kB).
+acls = Table(
+    "acls",
+    metadata,
+    Column("binding_key", LargeBinary, primary_key=True),
+    Column("resource_type", SmallInteger, nullable=False),
+    Column("resource_name", Text, nullable=False),
+    Column("pattern_type", SmallInteger, nullable=False),
+    Column("principal", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("operation", SmallInteger, nullable=False),
+    Column("permission", SmallInteger, nullable=False),
 )

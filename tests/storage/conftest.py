@@ -77,7 +77,8 @@ async def pg_truncate(url: str) -> None:
     )
     try:
         await conn.execute(
-            "TRUNCATE log_records, log_history, partition_leases, nodes, cluster_meta"
+            "TRUNCATE log_records, log_history, partition_leases, nodes, cluster_meta, "
+            "scram_credentials, acls"
         )
     finally:
         await conn.close()

@@ -30,6 +30,7 @@ from storage.migrate import upgrade_async
 from storage.tables import log_records, metadata
 from storage.writer import LogWriter
 from tests.storage.compaction_cases import histories, replayed_state
+from tests.storage.security_suite import SecuritySuite
 
 NODE1, NODE2 = 1, 2
 TTL = 10_000
@@ -62,7 +63,7 @@ class CountingLog:
         return await self.log.append(batches)
 
 
-class EventLogSuite:
+class EventLogSuite(SecuritySuite):
     # --- what a backend module provides ------------------------------------------------------
 
     @pytest.fixture
@@ -497,7 +498,7 @@ class EventLogSuite:
         try:
             async with log.engine.connect() as conn:
                 version = await conn.execute(text("SELECT version_num FROM alembic_version"))
-                assert version.scalars().all() == ["0002"]
+                assert version.scalars().all() == ["0003"]
                 diff = await conn.run_sync(
                     lambda c: compare_metadata(MigrationContext.configure(c), metadata)
                 )
