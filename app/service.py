@@ -43,6 +43,23 @@ class Broker:
     node_id: int
     host: str
     port: int
+    # (listener name, host, port) of each advertised listener; empty: one PLAINTEXT listener
+    # at host:port (a node that registered no listeners)
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def on(self, listener: str) -> Broker | None:
+        """This broker as a client of `listener` must reach it (Kafka answers Metadata and
+        FindCoordinator per listener name); None when it has no such listener."""
+        if not self.endpoints:
+            return self if listener == "PLAINTEXT" else None
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return (
+                    self
+                    if (host, port) == (self.host, self.port)
+                    else Broker(self.node_id, host, port, self.endpoints)
+                )
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from app.group.messages import Error
 from app.kafka import cluster_apis as cl
 from app.kafka import group_apis as gr
 from app.kafka import offset_apis as of
+from app.kafka import sasl_apis as sa
+from app.kafka import security_apis as sec
 from app.kafka.bounded import check_client_id, check_request, has_arrays
 from app.kafka.codec import (
     build,
@@ -142,6 +144,8 @@ APIS: Final[tuple[Api, ...]] = tuple(
             *cl.APIS,
             *gr.APIS,
             *of.APIS,
+            *sa.APIS,
+            *sec.APIS,
             Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, api_versions_error),
         ),
         key=lambda api: api.key,

@@ -18,6 +18,7 @@ from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import NO_RESPONSE, Api, HandlerResult, RequestContext
 from app.kafka.group_apis import SLICE
 from app.kafka.offset_apis import is_known_partition
+from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.service import CoordinatorLookup
 
 PRODUCE: Final = 0
@@ -33,7 +34,7 @@ PRODUCE_REFUSED_MESSAGE: Final = "this node is a group coordinator and stores no
 # --- Metadata (3) ----------------------------------------------------------------------------
 
 
-def _topic_entry(name: str, partitions: int, node_id: int) -> dict[str, Any]:
+def _topic_entry(name: str, partitions: int, node_id: int, operations: int) -> dict[str, Any]:
     return {
         "error_code": Error.NONE,
         "name": name,
@@ -52,8 +53,12 @@ def _topic_entry(name: str, partitions: int, node_id: int) -> dict[str, Any]:
             }
             for i in range(partitions)
         ],
-        "topic_authorized_operations": INT32_MIN,
+        "topic_authorized_operations": operations,
     }
+
+
+def _wants(req: Any, name: str) -> bool:
+    return bool(getattr(req, name, False))
 
 
 async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
@@ -62,9 +67,22 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
     node_id = ctx.service.node_id
     requested = req.topics
     entries: list[dict[str, Any]] = []
+    topic_ops = _wants(req, "include_topic_authorized_operations")
+
+    def operations(name: str) -> int:
+        return ctx.operations(ResourceType.TOPIC, name) if topic_ops else INT32_MIN
+
+    def describable(name: str, log_denial: bool = True) -> bool:
+        return ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=log_denial)
+
     # v0: an empty list means every topic; v1+: null means every topic, [] means none.
     if requested is None or (version == 0 and not requested):
-        entries = [_topic_entry(name, n, node_id) for name, n in sorted(view.topics.items())]
+        # as Kafka: every topic the principal may DESCRIBE, silently leaving out the rest
+        entries = [
+            _topic_entry(name, n, node_id, operations(name))
+            for name, n in sorted(view.topics.items())
+            if describable(name, log_denial=False)
+        ]
     else:
         seen: set[Any] = set()
         for i, topic in enumerate(requested):
@@ -84,8 +102,16 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
                         "topic_authorized_operations": INT32_MIN,
                     }
                 )
+            elif not describable(name):
+                entries.append(
+                    {
+                        "error_code": Error.TOPIC_AUTHORIZATION_FAILED,
+                        "name": name,
+                        "topic_authorized_operations": INT32_MIN,
+                    }
+                )
             elif name in view.topics:
-                entries.append(_topic_entry(name, view.topics[name], node_id))
+                entries.append(_topic_entry(name, view.topics[name], node_id, operations(name)))
             else:
                 # no auto-creation: the registry must know a topic before consumers use it
                 entries.append(
@@ -99,12 +125,17 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
         response_class(METADATA, version),
         brokers=[
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-            for b in view.brokers
+            for b in (broker.on(ctx.listener) for broker in view.brokers)
+            if b is not None  # as Kafka: a node without this listener is not listed
         ],
         cluster_id=view.cluster_id,
         controller_id=view.controller_id,
         topics=entries,
-        cluster_authorized_operations=INT32_MIN,
+        cluster_authorized_operations=(
+            ctx.operations(ResourceType.CLUSTER, CLUSTER_NAME)
+            if _wants(req, "include_cluster_authorized_operations")
+            else INT32_MIN
+        ),
         error_code=Error.NONE,
     )
 
@@ -112,11 +143,14 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
 # --- FindCoordinator (10) --------------------------------------------------------------------
 
 
-def _coordinator(key: str, lookup: CoordinatorLookup) -> dict[str, Any]:
-    broker = lookup.broker if lookup.error == Error.NONE else None
+def _coordinator(key: str, lookup: CoordinatorLookup, listener: str) -> dict[str, Any]:
+    broker = lookup.broker.on(listener) if lookup.broker and lookup.error == Error.NONE else None
+    error = lookup.error
+    if error == Error.NONE and broker is None:
+        error = Error.COORDINATOR_NOT_AVAILABLE  # the owner has no such listener
     return {
         "key": key,
-        "error_code": lookup.error,
+        "error_code": error,
         "error_message": lookup.message,
         "node_id": broker.node_id if broker else -1,
         "host": broker.host if broker else "",
@@ -124,12 +158,14 @@ def _coordinator(key: str, lookup: CoordinatorLookup) -> dict[str, Any]:
     }
 
 
-def encode_find_coordinator(results: list[tuple[str, CoordinatorLookup]], version: int) -> Any:
+def encode_find_coordinator(
+    results: list[tuple[str, CoordinatorLookup]], version: int, listener: str = "PLAINTEXT"
+) -> Any:
     cls = response_class(FIND_COORDINATOR, version)
     if version >= 4:  # KIP-699: batched keys
-        return build(cls, coordinators=[_coordinator(k, lk) for k, lk in results])
+        return build(cls, coordinators=[_coordinator(k, lk, listener) for k, lk in results])
     ((key, lookup),) = results
-    return build(cls, **_coordinator(key, lookup))
+    return build(cls, **_coordinator(key, lookup, listener))
 
 
 def _keys(req: Any) -> tuple[list[str], int]:
@@ -139,16 +175,25 @@ def _keys(req: Any) -> tuple[list[str], int]:
     return [req.key], int(req.key_type) if version >= 1 else 0
 
 
+GROUP_KEY: Final = 0
+
+
+def _find(ctx: RequestContext, key: str, key_type: int) -> CoordinatorLookup:
+    if key_type == GROUP_KEY and not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return CoordinatorLookup(Error.GROUP_AUTHORIZATION_FAILED)
+    return ctx.service.find_coordinator(key, key_type)
+
+
 def handle_find_coordinator(ctx: RequestContext, req: Any) -> HandlerResult:
     keys, key_type = _keys(req)
-    results = [(k, ctx.service.find_coordinator(k, key_type)) for k in keys]
-    return encode_find_coordinator(results, ctx.api_version)
+    results = [(k, _find(ctx, k, key_type)) for k in keys]
+    return encode_find_coordinator(results, ctx.api_version, ctx.listener)
 
 
 def find_coordinator_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
     keys, _ = _keys(req)
     return encode_find_coordinator(
-        [(k, CoordinatorLookup(error=error)) for k in keys], ctx.api_version
+        [(k, CoordinatorLookup(error=error)) for k in keys], ctx.api_version, ctx.listener
     )
 
 
@@ -161,11 +206,12 @@ def _list_offsets(ctx: RequestContext, req: Any, error: Error | None) -> Handler
     def partition(name: str, index: int) -> dict[str, Any]:
         err = error
         if err is None:
-            err = (
-                Error.NONE
-                if is_known_partition(topics, name, index)
-                else (Error.UNKNOWN_TOPIC_OR_PARTITION)
-            )
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                err = Error.TOPIC_AUTHORIZATION_FAILED
+            elif is_known_partition(topics, name, index):
+                err = Error.NONE
+            else:
+                err = Error.UNKNOWN_TOPIC_OR_PARTITION
         # every log is empty: earliest = latest = 0, no timestamp, no epoch
         return {
             "partition_index": index,
@@ -233,12 +279,14 @@ def _fetch_response(
 
 async def handle_fetch(ctx: RequestContext, req: Any) -> HandlerResult:
     topics = ctx.service.cluster().topics
-    errors = {
-        (t.topic, p.partition): Error.UNKNOWN_TOPIC_OR_PARTITION
-        for t in req.topics
-        for p in t.partitions
-        if not is_known_partition(topics, t.topic, p.partition)
-    }
+    errors: dict[tuple[str, int], Error] = {}
+    for t in req.topics:
+        readable = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)
+        for p in t.partitions:
+            if not readable:
+                errors[(t.topic, p.partition)] = Error.TOPIC_AUTHORIZATION_FAILED
+            elif not is_known_partition(topics, t.topic, p.partition):
+                errors[(t.topic, p.partition)] = Error.UNKNOWN_TOPIC_OR_PARTITION
     wait_ms = min(ms(req.max_wait), FETCH_MAX_WAIT_CAP_MS)
     # Long-poll like a broker with no new data (otherwise clients spin); errors and
     # min_bytes <= 0 answer at once, and a closed connection ends the wait.

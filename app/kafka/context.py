@@ -15,6 +15,7 @@ from app.security.principal import ANONYMOUS
 from app.service import CoordinatorService
 
 if TYPE_CHECKING:
+    from app.kafka.sasl_apis import AuthSession
     from app.security.manager import SecurityManager
 
 
@@ -42,12 +43,16 @@ class RequestContext:
     client_ip: str = ""  # what ACL host fields match
     listener: str = "PLAINTEXT"  # the listener's name: Metadata answers with its addresses
     security: SecurityManager | None = None  # None: no authorizer, everything allowed
+    session: AuthSession | None = None  # the connection's SASL state (SASL listeners only)
 
-    def allowed(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
-        """Kafka's `authHelper.authorize`: may this request's principal do `op` on it?"""
+    def allowed(
+        self, op: AclOperation, rtype: ResourceType, name: str, *, log_denial: bool = True
+    ) -> bool:
+        """Kafka's `authHelper.authorize`: may this request's principal do `op` on it?
+        A denial is audited unless `log_denial` is False (a filter, not a refusal)."""
         security = self.security
         return security is None or security.authorize(
-            self.principal, self.client_ip, op, rtype, name
+            self.principal, self.client_ip, op, rtype, name, log_denial=log_denial
         )
 
     def operations(self, rtype: ResourceType, name: str) -> int:

@@ -31,6 +31,7 @@ from app.group.messages import (
 )
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
+from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.service import CoordinatorError
 
 if TYPE_CHECKING:
@@ -66,6 +67,13 @@ async def in_slices(items: Iterable[U], fn: Callable[[U], T]) -> list[T]:
 def require_group_id(group_id: str) -> None:
     if not group_id:
         raise CoordinatorError(Error.INVALID_GROUP_ID)
+
+
+def authorize_group(ctx: RequestContext, op: AclOperation, group_id: str) -> None:
+    """Kafka's check before a group request reaches the coordinator: GROUP_AUTHORIZATION_FAILED
+    in the API's own error shape when the principal may not do `op` on the group."""
+    if not ctx.allowed(op, ResourceType.GROUP, group_id):
+        raise CoordinatorError(Error.GROUP_AUTHORIZATION_FAILED)
 
 
 def read_or(
@@ -135,6 +143,7 @@ def encode_join_group(resp: JoinGroupResponse, version: int) -> Any:
 
 async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_join_group(req, ctx.client_id, ctx.client_host)
+    authorize_group(ctx, AclOperation.READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "JoinGroup",
@@ -183,6 +192,7 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
         return encode_sync_group(
             SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL), ctx.api_version
         )
+    authorize_group(ctx, AclOperation.READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "SyncGroup",
@@ -224,6 +234,7 @@ def decode_heartbeat(req: Any) -> HeartbeatRequest:
 
 def handle_heartbeat(ctx: RequestContext, req: Any) -> bytes:
     internal = decode_heartbeat(req)
+    authorize_group(ctx, AclOperation.READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = ctx.service.schedule_read(
         internal.group_id,
@@ -282,6 +293,7 @@ def encode_leave_group(resp: LeaveGroupResponse, version: int) -> Any:
 
 async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_leave_group(req)
+    authorize_group(ctx, AclOperation.READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "LeaveGroup", internal.group_id, lambda core, h, now: core.leave_group(h, internal, now)
@@ -296,7 +308,11 @@ def leave_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 # --- DescribeGroups (15) ---------------------------------------------------------------------
 
 
-def encode_describe_groups(groups: Sequence[DescribedGroup], version: int) -> Any:
+def encode_describe_groups(
+    groups: Sequence[DescribedGroup],
+    version: int,
+    operations: Callable[[str], int] | None = None,
+) -> Any:
     return build(
         response_class(DESCRIBE_GROUPS, version),
         groups=[
@@ -317,7 +333,12 @@ def encode_describe_groups(groups: Sequence[DescribedGroup], version: int) -> An
                     }
                     for m in g.members
                 ],
-                "authorized_operations": INT32_MIN,  # not computed (no ACLs)
+                # v3+, when the request asks: what the principal may do on the group
+                "authorized_operations": (
+                    operations(g.group_id)
+                    if operations is not None and g.error == Error.NONE
+                    else INT32_MIN
+                ),
             }
             for g in groups
         ],
@@ -325,16 +346,23 @@ def encode_describe_groups(groups: Sequence[DescribedGroup], version: int) -> An
 
 
 async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
-    groups = await in_slices(
-        dict.fromkeys(req.groups),  # a group named twice is answered once
-        lambda group_id: read_or(
+    def describe(group_id: str) -> DescribedGroup:
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return DescribedGroup(group_id, Error.GROUP_AUTHORIZATION_FAILED)
+        described: DescribedGroup = read_or(
             ctx,
             group_id,
             functools.partial(_describe_group, group_id),
             functools.partial(DescribedGroup, group_id),
-        ),
-    )
-    return encode_describe_groups(groups, ctx.api_version)
+        )
+        return described
+
+    # a group named twice is answered once
+    groups = await in_slices(dict.fromkeys(req.groups), describe)
+    operations = None
+    if getattr(req, "include_authorized_operations", False):
+        operations = functools.partial(ctx.operations, ResourceType.GROUP)
+    return encode_describe_groups(groups, ctx.api_version, operations)
 
 
 def describe_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
@@ -373,6 +401,13 @@ def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
     groups, loading = ctx.service.read_all(
         lambda core: core.list_groups(internal.states_filter, internal.types_filter)
     )
+    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+        # as Kafka: without CLUSTER DESCRIBE, the groups the principal may DESCRIBE
+        groups = [
+            g
+            for g in groups
+            if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False)
+        ]
     error = Error.COORDINATOR_LOAD_IN_PROGRESS if loading else Error.NONE
     resp = ListGroupsResponse(error, tuple(groups))
     return encode_list_groups(resp, ctx.api_version)
@@ -394,6 +429,8 @@ def encode_delete_groups(results: Sequence[DeleteGroupResult], version: int) -> 
 
 async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
     async def delete(group_id: str) -> DeleteGroupResult:
+        if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, group_id):
+            return DeleteGroupResult(group_id, Error.GROUP_AUTHORIZATION_FAILED)
         try:
             result: DeleteGroupResult = await ctx.service.schedule_write(
                 "DeleteGroups", group_id, lambda core, h, now: core.delete_group(h, group_id, now)

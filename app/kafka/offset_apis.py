@@ -5,7 +5,7 @@ of `app.group.messages`, in the shape of `group_apis.py` (protocol.md §8, §11.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -20,7 +20,8 @@ from app.group.messages import (
 )
 from app.kafka.codec import build, group_by_topic, ms, response_class
 from app.kafka.context import Api, RequestContext
-from app.kafka.group_apis import in_slices, read_or
+from app.kafka.group_apis import authorize_group, in_slices, read_or
+from app.security.acl import AclOperation, ResourceType
 from app.service import CoordinatorError
 
 if TYPE_CHECKING:
@@ -42,15 +43,26 @@ def _fetch_offsets(req: OffsetFetchRequest, core: GroupCoordinator, now: int) ->
 # --- OffsetCommit (8) ------------------------------------------------------------------------
 
 
+def _everything(topic: str) -> bool:
+    return True
+
+
 def decode_offset_commit(
-    req: Any, topics: Mapping[str, int]
+    req: Any, topics: Mapping[str, int], readable: Callable[[str], bool] = _everything
 ) -> tuple[OffsetCommitRequest, tuple[PartitionResult, ...]]:
-    """The internal request (known partitions only) and the partitions refused at the edge."""
+    """The internal request (known, authorized partitions only) and the partitions refused at
+    the edge: TOPIC_AUTHORIZATION_FAILED where the principal may not READ the topic."""
     version = int(req.__version__)
     accepted: list[OffsetCommitPartition] = []
     refused: list[PartitionResult] = []
     for topic in req.topics:
+        allowed = readable(topic.name)
         for p in topic.partitions:
+            if not allowed:
+                refused.append(
+                    PartitionResult(topic.name, p.partition_index, Error.TOPIC_AUTHORIZATION_FAILED)
+                )
+                continue
             if not is_known_partition(topics, topic.name, p.partition_index):
                 # protocol.md §8.2 (KafkaApis): unknown topic/partition answered per partition
                 refused.append(
@@ -109,7 +121,12 @@ def _commit_results_in_request_order(
 
 
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
-    internal, refused = decode_offset_commit(req, ctx.service.cluster().topics)
+    authorize_group(ctx, AclOperation.READ, req.group_id)
+    internal, refused = decode_offset_commit(
+        req,
+        ctx.service.cluster().topics,
+        lambda topic: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, topic),
+    )
     results = {(r.topic, r.partition): r.error for r in refused}
     if internal.partitions:
         try:
@@ -175,11 +192,19 @@ def decode_offset_fetch(req: Any, topics: Mapping[str, int]) -> list[OffsetFetch
 
 
 def merge_offset_fetch(
-    query: OffsetFetchQuery, resp: OffsetFetchResponse, topics: Mapping[str, int]
+    query: OffsetFetchQuery,
+    resp: OffsetFetchResponse,
+    topics: Mapping[str, int],
+    describable: Callable[[str], bool] = _everything,
 ) -> OffsetFetchResponse:
-    """Put the service's answer back into request order, adding edge-refused partitions."""
+    """Put the service's answer back into request order, adding edge-refused partitions.
+    Topics the principal may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED where the request named
+    them, left out of an all-partitions answer (Kafka's KafkaApis does both)."""
     if query.requested is None:
-        return resp
+        if resp.error != Error.NONE:
+            return resp
+        kept = tuple(p for p in resp.partitions if describable(p.topic))
+        return OffsetFetchResponse(resp.group_id, resp.error, kept)
     if resp.error != Error.NONE:
         # v0-1 carry the group error on every requested partition (no top-level field)
         parts = tuple(FetchedOffset(t, p, error=resp.error) for t, p in query.requested)
@@ -188,7 +213,9 @@ def merge_offset_fetch(
     merged = []
     for t, p in query.requested:
         found = by_key.get((t, p))
-        if found is not None:
+        if not describable(t):
+            merged.append(FetchedOffset(t, p, error=Error.TOPIC_AUTHORIZATION_FAILED))
+        elif found is not None:
             merged.append(found)
         elif not is_known_partition(topics, t, p):
             merged.append(FetchedOffset(t, p, error=Error.UNKNOWN_TOPIC_OR_PARTITION))
@@ -239,16 +266,26 @@ def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) 
 async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
     topics = ctx.service.cluster().topics
     queries = decode_offset_fetch(req, topics)
-    answers = await in_slices(
-        queries,
-        lambda q: read_or(
+
+    def fetch(q: OffsetFetchQuery) -> OffsetFetchResponse:
+        group_id = q.request.group_id
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return OffsetFetchResponse(group_id, Error.GROUP_AUTHORIZATION_FAILED)
+        fetched: OffsetFetchResponse = read_or(
             ctx,
-            q.request.group_id,
+            group_id,
             functools.partial(_fetch_offsets, q.request),
-            functools.partial(OffsetFetchResponse, q.request.group_id),
-        ),
-    )
-    merged = [merge_offset_fetch(q, a, topics) for q, a in zip(queries, answers, strict=True)]
+            functools.partial(OffsetFetchResponse, group_id),
+        )
+        return fetched
+
+    def describable(topic: str) -> bool:
+        return ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_denial=False)
+
+    answers = await in_slices(queries, fetch)
+    merged = [
+        merge_offset_fetch(q, a, topics, describable) for q, a in zip(queries, answers, strict=True)
+    ]
     return encode_offset_fetch(merged, ctx.api_version)
 
 

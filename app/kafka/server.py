@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import struct
 import time
 from collections import deque
@@ -40,6 +41,11 @@ from app.kafka.limits import (
     TURN_SHARE_S,
     ServerLimits,
 )
+from app.kafka.sasl_apis import PRE_AUTH_APIS, PRE_AUTH_MAX_FRAME, AuthSession
+from app.security.listeners import Listener, SecurityProtocol
+from app.security.manager import SecurityManager
+from app.security.principal import ANONYMOUS, certificate_principal
+from app.security.tls import TlsLayer
 from app.service import CoordinatorError, CoordinatorService
 
 log = logging.getLogger(__name__)
@@ -59,10 +65,21 @@ class _Slot:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, listener: Listener) -> None:
         self._server = server
         self._service = server.service
+        self._security = server.security
+        self.listener = listener.name
+        # who is asking: ANONYMOUS until a certificate or SASL says otherwise (Kafka's rule)
+        self.principal = ANONYMOUS
+        self._session: AuthSession | None = None
+        self.authenticated = not listener.protocol.tls and not listener.protocol.sasl
         self._max_frame = server.limits.max_frame_bytes
+        if listener.protocol.sasl:
+            assert server.security is not None
+            self._session = AuthSession(server.security)
+            self._max_frame = min(PRE_AUTH_MAX_FRAME, self._max_frame)
+        self._connected_at = 0.0
         self._decode_limits = server.limits.decode
         self._table = version_table()
         # optional metrics hook of the service: (api name, version, error code)
@@ -99,7 +116,7 @@ class KafkaConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
-        self.last_active = self._loop.time()
+        self.last_active = self._connected_at = self._loop.time()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             # Kafka records clientAddress.toString(): "/127.0.0.1" (DescribeGroups ClientHost)
@@ -109,6 +126,18 @@ class KafkaConnection(asyncio.Protocol):
         refused = self._server.admit(self)
         if refused:
             self.abort(refused)
+
+    def tls_established(self, peercert: dict[str, Any] | None) -> None:
+        """The TLS handshake is done (TlsLayer). Without SASL, the client certificate's
+        subject is the principal (Kafka's default mapping), or ANONYMOUS without one."""
+        if self._session is None:
+            self.principal = certificate_principal(peercert) if peercert else ANONYMOUS
+            self.authenticated = True
+
+    def _authenticated_by_sasl(self, session: AuthSession) -> None:
+        self.principal = session.principal
+        self.authenticated = True
+        self._max_frame = self._server.limits.max_frame_bytes
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -227,6 +256,9 @@ class KafkaConnection(asyncio.Protocol):
                 f"a frame begun {now - self._frame_started:.0f} s ago is still incomplete "
                 f"({len(self._buf)} bytes of {self._need})"
             )
+        elif not self.authenticated and now - self._connected_at > limits.frame_deadline_ms / 1000:
+            # a TLS handshake or SASL exchange must not hold a connection slot for ever
+            self.abort(f"not authenticated within {limits.frame_deadline_ms} ms")
         elif not self._slots and now - self.last_active > limits.connections_max_idle_ms / 1000:
             log.info("closing idle Kafka connection from %s", self._peer)
             self.close()
@@ -244,6 +276,8 @@ class KafkaConnection(asyncio.Protocol):
     def _on_frame(self, frame: bytes) -> None:
         if len(frame) < _REQUEST_PREFIX.size:
             self.abort(f"frame of {len(frame)} bytes is shorter than a request header")
+            return
+        if not self.authenticated and not self._before_authentication(frame):
             return
         api_key, version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
         entry = self._table.get((api_key, version))
@@ -264,6 +298,11 @@ class KafkaConnection(asyncio.Protocol):
             client_id=header.client_id or "",
             client_host=self._host,
             closed=self._closed,
+            principal=self.principal,
+            client_ip=self.ip,
+            listener=self.listener,
+            security=self._security,
+            session=self._session,
         )
         api = entry.api
         try:
@@ -285,6 +324,45 @@ class KafkaConnection(asyncio.Protocol):
         data = self._encode(entry, ctx, body, correlation_id, result)
         if data:
             self._emit(data)
+
+    def _before_authentication(self, frame: bytes) -> bool:
+        """Kafka's rule for a SASL listener: before authentication only ApiVersions and the
+        SASL requests are served; anything else closes the connection. True: serve `frame`."""
+        session = self._session
+        if session is None:
+            self.abort("request before the TLS handshake completed")
+            return False
+        if session.authenticated:
+            self._authenticated_by_sasl(session)
+            return True
+        if session.raw_tokens and session.server is not None:
+            self._raw_token(session, frame)  # after SaslHandshake v0: the frame is the token
+            return False
+        (api_key,) = struct.unpack_from(">h", frame, 0)
+        if api_key not in PRE_AUTH_APIS:
+            self.abort(f"{api_name(api_key)} request before SASL authentication")
+            return False
+        return True
+
+    def _raw_token(self, session: AuthSession, token: bytes) -> None:
+        slot = _Slot()
+        self._slots.append(slot)
+        assert self._loop is not None
+        task = self._loop.create_task(session.step(token, self.ip), name="sasl-token")
+
+        def done(task: asyncio.Task[bytes]) -> None:
+            if self._closing:
+                return
+            if task.cancelled() or task.exception() is not None:
+                self.abort(f"SASL authentication failed: {task.exception()}")
+                return
+            reply = task.result()
+            slot.data = _SIZE.pack(len(reply)) + reply
+            self._queued_bytes += len(slot.data)
+            self._flush()
+
+        task.add_done_callback(done)
+        self._update_reading()
 
     def _park(
         self,
@@ -426,6 +504,9 @@ class KafkaConnection(asyncio.Protocol):
             self._transport.write(data)
             if self._loop is not None:
                 self.last_active = self._loop.time()
+            if self._session is not None and self._session.failed:
+                # a failed authentication is answered, then the connection ends (Kafka's rule)
+                self.close()
 
     def _update_reading(self) -> None:
         transport = self._transport
@@ -476,12 +557,29 @@ class KafkaServer(asyncio.AbstractServer):
     """The listening socket plus its connections; `close()` also drops open connections."""
 
     def __init__(
-        self, service: CoordinatorService, host: str, port: int, limits: ServerLimits
+        self,
+        service: CoordinatorService,
+        host: str,
+        port: int,
+        limits: ServerLimits,
+        *,
+        listeners: list[Listener] | None = None,
+        security: SecurityManager | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.service = service
         self.host = host
         self.requested_port = port
         self.limits = limits
+        self.listeners = listeners or [Listener(SecurityProtocol.PLAINTEXT, host, port, host, port)]
+        self.security = security
+        self.tls = tls
+        for listener in self.listeners:
+            if listener.protocol.sasl and security is None:
+                raise ValueError(f"a {listener.name} listener needs the security manager")
+            if listener.protocol.tls and (tls is None or security is None):
+                raise ValueError(f"a {listener.name} listener needs a TLS context")
+        self._servers: dict[str, asyncio.Server] = {}
         self.connections: set[KafkaConnection] = set()
         self._per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
@@ -494,9 +592,11 @@ class KafkaServer(asyncio.AbstractServer):
     async def start(self) -> KafkaServer:
         version_table()  # load every kio class before the first client arrives
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self), self.host, self.requested_port
-        )
+        for listener in self.listeners:
+            self._servers[listener.name] = await loop.create_server(
+                functools.partial(self._protocol, listener), listener.host, listener.port
+            )
+        self._server = self._servers[self.listeners[0].name]
         self._sweeper = loop.create_task(self._sweep(), name="kafka-connection-deadlines")
         self._watchdog = loop.create_task(self._watch_lag(), name="kafka-load-shedding")
         return self
@@ -523,6 +623,16 @@ class KafkaServer(asyncio.AbstractServer):
         self.shedding = on
         for conn in list(self.connections):
             conn.shed(on)
+
+    def _protocol(self, listener: Listener) -> asyncio.Protocol:
+        conn = KafkaConnection(self, listener)
+        if not listener.protocol.tls:
+            return conn
+        assert self.tls is not None and self.security is not None
+        return TlsLayer(conn, self.tls, self.security.offload)
+
+    def port_of(self, listener: str) -> int:
+        return int(self._servers[listener].sockets[0].getsockname()[1])
 
     def admit(self, conn: KafkaConnection) -> str | None:
         """Count a new connection in; the reason to refuse it when over a limit."""
@@ -588,7 +698,8 @@ class KafkaServer(asyncio.AbstractServer):
         return int(self.server.sockets[0].getsockname()[1])
 
     def close(self) -> None:
-        self.server.close()
+        for server in self._servers.values():
+            server.close()
         for task in (self._sweeper, self._watchdog):
             if task is not None:
                 task.cancel()
@@ -597,7 +708,8 @@ class KafkaServer(asyncio.AbstractServer):
             conn.close()
 
     async def wait_closed(self) -> None:
-        await self.server.wait_closed()
+        for server in self._servers.values():
+            await server.wait_closed()
 
     async def stop(self) -> None:
         self.close()
@@ -617,7 +729,24 @@ class KafkaServer(asyncio.AbstractServer):
 
 
 async def start_kafka_server(
-    service: CoordinatorService, host: str, port: int, limits: ServerLimits | None = None
+    service: CoordinatorService,
+    host: str,
+    port: int,
+    limits: ServerLimits | None = None,
+    *,
+    listeners: list[Listener] | None = None,
+    security: SecurityManager | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> KafkaServer:
-    """Listen on host:port; returns a started `KafkaServer` (an `asyncio.AbstractServer`)."""
-    return await KafkaServer(service, host, port, limits or ServerLimits()).start()
+    """Listen on host:port (one PLAINTEXT listener), or on `listeners`; returns a started
+    `KafkaServer` (an `asyncio.AbstractServer`)."""
+    server = KafkaServer(
+        service,
+        host,
+        port,
+        limits or ServerLimits(),
+        listeners=listeners,
+        security=security,
+        tls=tls,
+    )
+    return await server.start()

@@ -58,7 +58,9 @@ def _parse_one(item: str, setting: str) -> tuple[SecurityProtocol, str, int]:
     return protocol, host.strip("[]"), int(port)
 
 
-def parse_listeners(value: str, setting: str = "COORD_LISTENERS") -> list[tuple[SecurityProtocol, str, int]]:
+def parse_listeners(
+    value: str, setting: str = "COORD_LISTENERS"
+) -> list[tuple[SecurityProtocol, str, int]]:
     items = [i for i in value.split(",") if i.strip()]
     parsed = [_parse_one(i, setting) for i in items]
     protocols = [p for p, _, _ in parsed]
@@ -92,7 +94,7 @@ def check_listener_settings(settings: Settings) -> None:
     """Raise ValueError for listener and TLS settings that cannot work together."""
     listeners = listeners_of(settings)
     if settings.advertised_listeners:
-        bound = {l.protocol for l in listeners}
+        bound = {li.protocol for li in listeners}
         for protocol, _, _ in parse_listeners(
             settings.advertised_listeners, "COORD_ADVERTISED_LISTENERS"
         ):
@@ -100,12 +102,16 @@ def check_listener_settings(settings: Settings) -> None:
                 raise ValueError(
                     f"COORD_ADVERTISED_LISTENERS names {protocol}, which COORD_LISTENERS lacks"
                 )
-    if any(l.protocol.tls for l in listeners) and not (
+    if any(li.protocol.tls for li in listeners) and not (
         settings.ssl_certfile and settings.ssl_keyfile
     ):
-        raise ValueError("an SSL or SASL_SSL listener needs COORD_SSL_CERTFILE and COORD_SSL_KEYFILE")
+        raise ValueError(
+            "an SSL or SASL_SSL listener needs COORD_SSL_CERTFILE and COORD_SSL_KEYFILE"
+        )
     if settings.ssl_client_auth != "none" and not settings.ssl_cafile:
-        raise ValueError("COORD_SSL_CLIENT_AUTH needs COORD_SSL_CAFILE to verify client certificates")
+        raise ValueError(
+            "COORD_SSL_CLIENT_AUTH needs COORD_SSL_CAFILE to verify client certificates"
+        )
     from app.security.sasl import parse_mechanisms
 
     parse_mechanisms(settings.sasl_enabled_mechanisms)

@@ -55,9 +55,7 @@ class SecurityStore(Protocol):
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> None: ...
 
-    async def delete_acls(
-        self, filters: Sequence[AclBindingFilter]
-    ) -> list[list[AclBinding]]: ...
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]: ...
 
 
 @dataclass(slots=True)
@@ -175,7 +173,9 @@ class SecurityManager:
             self._log_denial(principal, host, op, rtype, name)
         return False
 
-    def authorized_operations(self, principal: str, host: str, rtype: ResourceType, name: str) -> int:
+    def authorized_operations(
+        self, principal: str, host: str, rtype: ResourceType, name: str
+    ) -> int:
         authorizer = self.snapshot.authorizer
         if authorizer is None:
             return all_operations(rtype)

@@ -41,9 +41,7 @@ def certificate_principal(peercert: dict[str, Any]) -> str:
     subject = peercert.get("subject") or ()
     rdns = []
     for rdn in reversed(subject):
-        rdns.append(
-            "+".join(f"{_RDN_NAMES.get(k, k)}={_escape_rdn_value(str(v))}" for k, v in rdn)
-        )
+        rdns.append("+".join(f"{_RDN_NAMES.get(k, k)}={_escape_rdn_value(str(v))}" for k, v in rdn))
     return user(",".join(rdns)) if rdns else ANONYMOUS
 
 

@@ -166,7 +166,9 @@ class SaslServer:
                 assert self.user is not None
                 return self._scram.get_server_final().encode(), user(self.user)
         except (ScramException, UnicodeDecodeError, ValueError, TypeError) as e:
-            raise AuthenticationFailed(f"{FAILED} with SASL mechanism {self.mechanism} ({e})") from e
+            raise AuthenticationFailed(
+                f"{FAILED} with SASL mechanism {self.mechanism} ({e})"
+            ) from e
         raise AuthenticationFailed("the SCRAM exchange is already complete")
 
     def _plain(self, token: bytes) -> str:

@@ -56,6 +56,13 @@ EXPECTED_RANGES = {
     "ListOffsets": (1, 11),
     "Fetch": (4, 12),
     "Produce": (3, 9),
+    "SaslHandshake": (0, 1),
+    "SaslAuthenticate": (0, 2),
+    "DescribeAcls": (1, 3),
+    "CreateAcls": (1, 3),
+    "DeleteAcls": (1, 3),
+    "DescribeUserScramCredentials": (0, 0),
+    "AlterUserScramCredentials": (0, 0),
 }
 
 
