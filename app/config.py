@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.security.listeners import check_listener_settings
+
 
 def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
@@ -102,8 +104,6 @@ class Settings(BaseSettings):
         parse_hostport(self.admin_listen, 8080)
         if self.advertised_listener:
             parse_hostport(self.advertised_listener, 9092)
-        from app.security.listeners import check_listener_settings  # no import cycle at load
-
         check_listener_settings(self)
         return self
 

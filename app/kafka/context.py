@@ -15,8 +15,8 @@ from app.security.principal import ANONYMOUS
 from app.service import CoordinatorService
 
 if TYPE_CHECKING:
-    from app.kafka.sasl_apis import AuthSession
     from app.security.manager import SecurityManager
+    from app.security.session import AuthSession
 
 
 class NoResponse(enum.Enum):

@@ -15,8 +15,6 @@ from app.group.messages import Error
 from app.kafka.codec import build, response_class
 from app.kafka.context import Api, HandlerResult, RequestContext
 from app.security.audit import audit
-from app.security.manager import SecurityManager
-from app.security.principal import ANONYMOUS
 from app.security.sasl import AuthenticationFailed, SaslServer
 
 SASL_HANDSHAKE: Final = 17
@@ -24,51 +22,6 @@ SASL_AUTHENTICATE: Final = 36
 PRE_AUTH_APIS: Final = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE, 18})  # 18: ApiVersions
 # Kafka's sasl.server.max.receive.size: the largest frame before authentication
 PRE_AUTH_MAX_FRAME: Final = 512 * 1024
-
-
-class AuthSession:
-    """One connection's authentication state (a SASL listener's; others need none)."""
-
-    __slots__ = ("authenticated", "failed", "principal", "raw_tokens", "security", "server")
-
-    def __init__(self, security: SecurityManager) -> None:
-        self.security = security
-        self.server: SaslServer | None = None
-        self.principal = ANONYMOUS
-        self.authenticated = False
-        self.failed = False  # the reply goes out, then the connection closes
-        self.raw_tokens = False
-
-    async def step(self, token: bytes, source: str) -> bytes:
-        """One SASL token; AuthenticationFailed ends the session."""
-        server = self.server
-        if server is None or self.authenticated or self.failed:
-            self.failed = True
-            raise AuthenticationFailed("unexpected SASL token: no authentication in progress")
-        try:
-            reply, principal = await self.security.offload(server.step, token)
-        except AuthenticationFailed as e:
-            self.failed = True
-            audit(
-                "authenticate",
-                "failure",
-                principal=f"User:{server.user}" if server.user else None,
-                source=source,
-                mechanism=server.mechanism,
-                reason=str(e),
-            )
-            raise
-        if principal is not None:
-            self.principal = principal
-            self.authenticated = True
-            audit(
-                "authenticate",
-                "success",
-                principal=principal,
-                source=source,
-                mechanism=server.mechanism,
-            )
-        return reply
 
 
 def handle_sasl_handshake(ctx: RequestContext, req: Any) -> HandlerResult:

@@ -41,10 +41,11 @@ from app.kafka.limits import (
     TURN_SHARE_S,
     ServerLimits,
 )
-from app.kafka.sasl_apis import PRE_AUTH_APIS, PRE_AUTH_MAX_FRAME, AuthSession
+from app.kafka.sasl_apis import PRE_AUTH_APIS, PRE_AUTH_MAX_FRAME
 from app.security.listeners import Listener, SecurityProtocol
 from app.security.manager import SecurityManager
 from app.security.principal import ANONYMOUS, certificate_principal
+from app.security.session import AuthSession
 from app.security.tls import TlsLayer
 from app.service import CoordinatorError, CoordinatorService
 
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 
 _SIZE: Final = struct.Struct(">i")
+FAILED_AUTHENTICATION_DELAY_S: Final = 0.1
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 
@@ -504,9 +506,13 @@ class KafkaConnection(asyncio.Protocol):
             self._transport.write(data)
             if self._loop is not None:
                 self.last_active = self._loop.time()
-            if self._session is not None and self._session.failed:
-                # a failed authentication is answered, then the connection ends (Kafka's rule)
-                self.close()
+            if self._session is not None and self._session.failed and self._loop is not None:
+                # a failed authentication is answered, then the connection ends, a moment
+                # later so the client reads the answer first (Kafka's
+                # connection.failed.authentication.delay.ms)
+                self._closing = True
+                self._transport.pause_reading()
+                self._loop.call_later(FAILED_AUTHENTICATION_DELAY_S, self._transport.close)
 
     def _update_reading(self) -> None:
         transport = self._transport

@@ -122,12 +122,25 @@ class LeaseManager:
             elif pid in self.partitions:
                 self.runtime.drop(self.partitions[pid], "lease lost to another node")
         if not await self.log.heartbeat_node(self.node_id, t0):
-            host, port = self.settings.advertised_address
-            await self.log.register_node(self.node_id, host, port, None, t0)
+            b = self.broker
+            await self.log.register_node(
+                self.node_id,
+                b.host,
+                b.port,
+                None,
+                t0,
+                listeners={name: (host, port) for name, host, port in b.endpoints},
+            )
         leases = {row.partition: row for row in await self.log.leases()}
         nodes = await self.log.live_nodes(t0, ttl)
         self.live_brokers = {
-            n.node_id: Broker(n.node_id, n.kafka_host, n.kafka_port) for n in nodes
+            n.node_id: Broker(
+                n.node_id,
+                n.kafka_host,
+                n.kafka_port,
+                tuple((name, h, p) for name, (h, p) in n.listeners.items()),
+            )
+            for n in nodes
         }
         self.live_brokers[self.node_id] = self.broker
         self.admin_urls = {n.node_id: n.admin_url for n in nodes if n.admin_url}

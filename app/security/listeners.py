@@ -9,10 +9,41 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from app.config import Settings
+
+class Settings(Protocol):
+    """The settings listeners are made of (app.config.Settings has them)."""
+
+    @property
+    def listeners(self) -> str: ...
+
+    @property
+    def advertised_listeners(self) -> str: ...
+
+    @property
+    def ssl_certfile(self) -> str: ...
+
+    @property
+    def ssl_keyfile(self) -> str: ...
+
+    @property
+    def ssl_cafile(self) -> str: ...
+
+    @property
+    def ssl_client_auth(self) -> str: ...
+
+    @property
+    def sasl_enabled_mechanisms(self) -> str: ...
+
+    @property
+    def super_users(self) -> str: ...
+
+    @property
+    def kafka_address(self) -> tuple[str, int]: ...
+
+    @property
+    def advertised_address(self) -> tuple[str, int]: ...
 
 
 class SecurityProtocol(enum.StrEnum):

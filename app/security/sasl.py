@@ -94,7 +94,7 @@ def credential_from_salted_password(
     name: str, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
 ) -> ScramCredential:
     """What AlterUserScramCredentials carries (the client salted the password, as Kafka's
-    AdminClient does): the stored and server keys of RFC 5802 §3."""
+    AdminClient does): the stored and server keys of RFC 5802, section 3."""
     check_user_name(name)
     check_iterations(mechanism, iterations)
     if not salt or not salted_password:

@@ -192,7 +192,12 @@ class Rule:
 
 
 RULES = [
-    Rule("storage", ("app", "api", "cli", "pipeline"), "storage knows no group rule"),
+    Rule(
+        "storage",
+        ("app", "api", "cli", "pipeline"),
+        "storage knows no group rule; it stores the security model's value types as they are",
+        allowed=("app.security.acl", "app.security.sasl"),
+    ),
     Rule("app", ("api", "cli", "pipeline"), "the edges call the core, not the other way"),
     Rule(
         "app.group",
