@@ -54,7 +54,10 @@ def sasl_handshake_error(ctx: RequestContext, req: Any, error: Error) -> Handler
 async def handle_sasl_authenticate(ctx: RequestContext, req: Any) -> HandlerResult:
     session = ctx.session
     if session is None or session.authenticated:
-        return _authenticate_reply(ctx, Error.ILLEGAL_SASL_STATE, "not expecting SASL tokens")
+        return _authenticate_reply(ctx, Error.ILLEGAL_SASL_STATE, "already authenticated")
+    if session.server is None:
+        session.failed = True  # Kafka: IllegalSaslStateException, the connection is closed
+        return _authenticate_reply(ctx, Error.ILLEGAL_SASL_STATE, "SaslHandshake comes first")
     try:
         reply = await session.step(req.auth_bytes, ctx.client_ip)
     except AuthenticationFailed as e:

@@ -192,24 +192,28 @@ class TlsLayer(asyncio.Protocol):
 
     def _deliver(self) -> None:
         chunks = []
+        peer_closed = False
         try:
             while True:
                 chunk = self.sslobj.read(_READ_CHUNK)
-                if not chunk:
+                if not chunk:  # over memory BIOs, b"" is the peer's close_notify
+                    peer_closed = True
                     break
                 chunks.append(chunk)
         except ssl.SSLWantReadError:
             pass
         except ssl.SSLZeroReturnError:
-            self._flush_outgoing()
-            self.raw.close()  # the peer's close_notify
-            return
+            peer_closed = True
         except ssl.SSLError as e:
             self._fail(f"TLS error: {e}")
             return
         self._flush_outgoing()  # a read may answer (a TLS 1.3 key update)
         if chunks:
             self.inner.data_received(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        if peer_closed:
+            # answer with our close_notify (the peer's TLS stack waits for it), then go
+            self.inner.eof_received()
+            self.close()
 
     def write(self, data: bytes) -> None:
         if self.closing or not self.established:

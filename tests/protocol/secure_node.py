@@ -18,7 +18,9 @@ from app.config import Settings
 from app.kafka.limits import ServerLimits
 from app.kafka.server import KafkaServer, start_kafka_server
 from app.runtime.node import CoordinatorNode
+from app.security.listeners import listeners_of
 from app.security.manager import SecurityManager
+from app.security.tls import server_context
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
@@ -37,6 +39,9 @@ class SecureNode:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.server.port}"
+
+    def port_of(self, listener: str) -> int:
+        return self.server.port_of(listener)
 
 
 @asynccontextmanager
@@ -68,8 +73,23 @@ async def secure_node(
     await node.start()
     await node.wait_loaded()
     host, port = settings.kafka_address
+    listeners = listeners_of(settings)
+    tls = None
+    if any(li.protocol.tls for li in listeners):
+        tls = server_context(
+            settings.ssl_certfile,
+            settings.ssl_keyfile,
+            settings.ssl_cafile,
+            settings.ssl_client_auth,
+        )
     server = await start_kafka_server(
-        node, host, port, ServerLimits.from_settings(settings), security=security
+        node,
+        host,
+        port,
+        ServerLimits.from_settings(settings),
+        listeners=listeners,
+        security=security,
+        tls=tls,
     )
     try:
         yield SecureNode(node, server, event_log, security, settings)

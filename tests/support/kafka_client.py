@@ -29,6 +29,40 @@ class ConnectionClosed(ConnectionError):
     pass
 
 
+class AuthenticationError(Exception):
+    pass
+
+
+class SaslStep:
+    """One client token, and what to do with the server's answer to it."""
+
+    def __init__(self, send: bytes, received: Any = None) -> None:
+        self.send = send
+        self._received = received
+
+    def received(self, data: bytes) -> None:
+        if self._received is not None:
+            self._received(data)
+
+
+def sasl_client_tokens(mechanism: str, user: str, password: str) -> Any:
+    """The client's side of PLAIN or SCRAM (scramp's client), one SaslStep at a time."""
+    if mechanism == "PLAIN":
+        yield SaslStep(b"\0" + user.encode() + b"\0" + password.encode())
+        return
+    from scramp import ScramClient
+
+    scram = ScramClient([mechanism], user, password)
+    yield SaslStep(
+        scram.get_client_first().encode(),
+        lambda data: scram.set_server_first(data.decode()),
+    )
+    yield SaslStep(
+        scram.get_client_final().encode(),
+        lambda data: scram.set_server_final(data.decode()),
+    )
+
+
 def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:
     """Size-prefixed frame: request header (v1/v2 per the kio class) + body."""
     header_cls = request.__header_schema__
@@ -86,12 +120,39 @@ class KafkaTestClient:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, client_id: str = "kafka-test-client"
+        cls,
+        host: str,
+        port: int,
+        client_id: str = "kafka-test-client",
+        *,
+        ssl: Any = None,
+        sasl: tuple[str, str, str] | None = None,
     ) -> KafkaTestClient:
+        """Connect (over TLS with an `ssl.SSLContext`), and authenticate when `sasl` is
+        (mechanism, user, password): SaslHandshake v1, then SaslAuthenticate v2."""
         client = cls(client_id)
         loop = asyncio.get_running_loop()
-        await loop.create_connection(lambda: _ClientProtocol(client), host, port)
+        await loop.create_connection(
+            lambda: _ClientProtocol(client),
+            host,
+            port,
+            ssl=ssl,
+            server_hostname=host if ssl is not None else None,
+        )
+        if sasl is not None:
+            await client.authenticate(*sasl)
         return client
+
+    async def authenticate(self, mechanism: str, user: str, password: str) -> None:
+        """Kafka's SASL exchange; AuthenticationError with the server's message on failure."""
+        handshake = await self.request(self.build_request(17, 1, mechanism=mechanism))
+        if handshake.error_code != 0:
+            raise AuthenticationError(f"SaslHandshake: {handshake.error_code!r}")
+        for token in sasl_client_tokens(mechanism, user, password):
+            reply = await self.request(self.build_request(36, 2, auth_bytes=token.send))
+            if reply.error_code != 0:
+                raise AuthenticationError(f"{reply.error_code!r}: {reply.error_message}")
+            token.received(reply.auth_bytes)
 
     # --- core --------------------------------------------------------------------------------
 
