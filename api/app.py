@@ -1,7 +1,8 @@
-"""FastAPI admin surface of a node: /groups, /topics, /cluster, health and metrics.
+"""FastAPI admin surface of a node: /groups, /topics, /cluster, /acls, /users, health, metrics.
 
-Thin routers over `app.admin.AdminService`; a call about a group another node owns is
-redirected there (307 keeps the method and body; the CLI follows it).
+Thin routers over `app.admin.AdminService` and the node's `SecurityManager`; a call about a
+group another node owns is redirected there (307 keeps the method and body; the CLI follows it,
+but only to an admin URL the cluster lists). Who may call what: `api.deps`.
 """
 
 from __future__ import annotations
@@ -12,25 +13,42 @@ from urllib.parse import quote, unquote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.routers import cluster, groups, topics
+from api.deps import MUTATIONS
+from api.routers import acls, cluster, groups, topics, users
 from app.admin import AdminError, AdminService, Elsewhere
 from app.runtime.node import CoordinatorNode
+from app.security.audit import audit
+from app.security.manager import SecurityManager
 
 
-def create_app(node: CoordinatorNode, token: str | None = None) -> FastAPI:
+def create_app(
+    node: CoordinatorNode,
+    token: str | None = None,
+    security: SecurityManager | None = None,
+    settings: Any = None,
+) -> FastAPI:
+    """`settings` (default: the node's) names the CORS origins; `security` enables HTTP Basic,
+    the ACL checks and /acls, /users."""
+    if settings is None and node is not None:
+        settings = node.settings
     app = FastAPI(
         title="coordinator admin",
         version="0.1.0",
-        description="Operate the Kafka group coordinator: groups, static members, topics.",
+        description="Operate the Kafka group coordinator: groups, static members, topics, "
+        "ACLs and SCRAM users.",
     )
     app.state.admin = AdminService(node, token)
     app.state.token = token or None
+    app.state.security = security
     app.include_router(cluster.router)
     app.include_router(groups.router)
     app.include_router(topics.router)
+    app.include_router(acls.router)
+    app.include_router(users.router)
 
     @app.exception_handler(AdminError)
     async def admin_error(_: Request, exc: AdminError) -> JSONResponse:
@@ -38,6 +56,8 @@ def create_app(node: CoordinatorNode, token: str | None = None) -> FastAPI:
 
     @app.exception_handler(Elsewhere)
     async def elsewhere(request: Request, exc: Elsewhere) -> Response:
+        # exc.admin_url is what the owner registered (COORD_ADVERTISED_ADMIN_URL or a concrete
+        # listen address), never anything the request said
         if not exc.admin_url:
             return JSONResponse(
                 {"detail": f"owned by node {exc.node_id}, whose admin URL is unknown"},
@@ -48,22 +68,87 @@ def create_app(node: CoordinatorNode, token: str | None = None) -> FastAPI:
         target = exc.admin_url.rstrip("/") + raw_path(request.scope)
         if request.url.query:
             target += "?" + request.url.query
+        request.state.detail = {"location": target}
         return RedirectResponse(target, status_code=307)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # loc and msg only: the input (a password, say) is never echoed
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         return JSONResponse({"detail": problems or "invalid request"}, status_code=422)
 
+    app.add_middleware(AuditMutations)
+    origins = cors_origins(getattr(settings, "admin_cors_origins", "") or "")
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+            allow_credentials=False,  # the Authorization header is sent explicitly
+        )
     app.add_middleware(RoutedOnRawPath)
     return app
+
+
+def cors_origins(value: str) -> list[str]:
+    """COORD_ADMIN_CORS_ORIGINS: a comma list of origins; empty = no CORS headers at all."""
+    return [o.strip().rstrip("/") for o in value.split(",") if o.strip()]
 
 
 def raw_path(scope: MutableMapping[str, Any]) -> str:
     raw = scope.get("raw_path")
     return raw.decode("latin-1") if raw else quote(scope["path"])
+
+
+class AuditMutations:
+    """One audit line per admin mutation, once it has been answered: the route's action, the
+    caller, the source address, the resource, the outcome and the HTTP status. 401s and 403s
+    were written already by the checks (api.deps), with their reason."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in MUTATIONS:
+            await self.app(scope, receive, send)
+            return
+        state: dict[str, Any] = scope.setdefault("state", {})
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            # only routes that authenticated (not a 404 for an unknown path) and not yet told
+            if state.get("action") and not state.get("audited"):
+                caller = state.get("caller")
+                client = scope.get("client")
+                outcome = (
+                    "success"
+                    if status < 300
+                    else "redirected"
+                    if status in (307, 308)
+                    else "failure"
+                )
+                audit(
+                    state["action"],
+                    outcome,
+                    principal=getattr(caller, "principal", None),
+                    source=client[0] if client else None,
+                    resource=state.get("resource"),
+                    api="admin",
+                    request=f"{scope['method']} {scope['path']}",
+                    status=status,
+                    **(state.get("detail") or {}),
+                )
 
 
 class RoutedOnRawPath:

@@ -1,16 +1,50 @@
-"""Dependencies shared by the routers: the admin facade and the bearer-token check."""
+"""Who is calling and what they may do.
+
+Authentication: the bearer token (COORD_ADMIN_TOKEN, full rights, principal "admin-token"),
+or HTTP Basic with a SCRAM user's name and password (principal `User:<name>`), authorized by
+the same ACLs as the Kafka port with the client's address as the host. Without a token and
+without Basic credentials the API is open (the node refuses that on a non-loopback address
+unless COORD_ADMIN_ALLOW_INSECURE=true: cli/serve.py).
+
+Every mutation must say `Content-Type: application/json`, which a cross-site form or a
+no-CORS fetch cannot send: a browser holding Basic credentials cannot be made to change
+anything from another site. Every 401 and 403 writes one audit line here; every mutation
+writes one in `api.app.AuditMutations`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 import hmac
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
 
-from fastapi import Depends, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, HTTPException, Request, Security, status
+from fastapi.openapi.models import HTTPBase as HTTPBaseModel
+from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
+from fastapi.security.base import SecurityBase
 
 from app.admin import AdminService
+from app.security.acl import AclOperation, ResourceType
+from app.security.audit import audit
+from app.security.manager import SecurityManager
+from app.security.principal import user
 
-_bearer = HTTPBearer(auto_error=False)
+MUTATIONS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+TOKEN_PRINCIPAL: Final = "admin-token"
+ANONYMOUS: Final = "anonymous"  # no token configured, no credentials sent: today's open API
+# one Basic check at a time hashes (PBKDF2): a flood of wrong passwords on the admin port
+# must not take both security threads from the Kafka port's SASL handshakes
+_BASIC_CHECKS: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    principal: str
+    source: str  # the client's address (the ACL host)
+    full: bool  # the bearer token, or an API without one: every right
 
 
 def admin_service(request: Request) -> AdminService:
@@ -18,22 +52,190 @@ def admin_service(request: Request) -> AdminService:
     return service
 
 
-def require_token(
+def security_of(request: Request) -> SecurityManager | None:
+    security: SecurityManager | None = request.app.state.security
+    return security
+
+
+def client_host(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _what(request: Request) -> str:
+    return f"{request.method} {request.url.path}"
+
+
+def _challenge(request: Request) -> str:
+    if security_of(request) is None:
+        return "Bearer"
+    return 'Bearer, Basic realm="coordinator", charset="UTF-8"'
+
+
+def _unauthorized(request: Request, reason: str, principal: str | None = None) -> HTTPException:
+    audit(
+        "authenticate",
+        "failure",
+        principal=principal,
+        source=client_host(request),
+        resource=_what(request),
+        api="admin",
+        reason=reason,
+    )
+    request.state.audited = True
+    how = "a bearer token (COORD_ADMIN_TOKEN)"
+    if security_of(request) is not None:
+        how += " or HTTP Basic with a SCRAM user's name and password"
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        detail=f"{reason}: this API needs {how}",
+        headers={"WWW-Authenticate": _challenge(request)},
+    )
+
+
+def _basic(value: str) -> tuple[str, str] | None:
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    name, sep, password = decoded.partition(":")
+    if not sep or not name:
+        return None
+    return name, password
+
+
+def _limiter(request: Request) -> asyncio.Semaphore:
+    sem: asyncio.Semaphore | None = getattr(request.app.state, "basic_checks", None)
+    if sem is None:
+        sem = request.app.state.basic_checks = asyncio.Semaphore(_BASIC_CHECKS)
+    return sem
+
+
+class _Scheme(SecurityBase):
+    """Names a scheme in the OpenAPI document (either one will do); `authenticate` reads the
+    header itself, so a malformed one still gets its audit line and the same 401."""
+
+    def __init__(self, model: HTTPBaseModel, name: str) -> None:
+        self.model = model
+        self.scheme_name = name
+
+    async def __call__(self) -> None:
+        return None
+
+
+_BEARER_DOC = _Scheme(HTTPBearerModel(description="COORD_ADMIN_TOKEN: every right"), "HTTPBearer")
+_BASIC_DOC = _Scheme(
+    HTTPBaseModel(scheme="basic", description="a SCRAM user, held to the ACLs"), "HTTPBasic"
+)
+
+
+async def authenticate(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """With COORD_ADMIN_TOKEN set, every call needs `Authorization: Bearer <token>`."""
+    _bearer_scheme: Annotated[None, Security(_BEARER_DOC)],
+    _basic_scheme: Annotated[None, Security(_BASIC_DOC)],
+) -> Caller:
+    """The caller of this request, or 401 (with one audit line)."""
+    known: Caller | None = getattr(request.state, "caller", None)
+    if known is not None:
+        return known
+    route = request.scope.get("route")
+    request.state.action = getattr(route, "name", None)
     token: str | None = request.app.state.token
-    if not token:
+    security = security_of(request)
+    scheme, _, value = request.headers.get("authorization", "").strip().partition(" ")
+    scheme, value = scheme.lower(), value.strip()
+    source = client_host(request)
+    caller: Caller | None = None
+    if scheme == "basic":
+        if security is None:
+            raise _unauthorized(request, "HTTP Basic is not enabled on this node")
+        pair = _basic(value)
+        if pair is None:
+            raise _unauthorized(request, "malformed Basic credentials")
+        name, password = pair
+        async with _limiter(request):
+            ok = await security.verify_password(name, password)
+        if not ok:
+            raise _unauthorized(request, "wrong user name or password", principal=user(name))
+        caller = Caller(user(name), source, full=False)
+    elif token:
+        given = value if scheme == "bearer" else ""
+        if not hmac.compare_digest(given.encode(), token.encode()):  # constant time
+            raise _unauthorized(request, "missing or wrong bearer token")
+        caller = Caller(TOKEN_PRINCIPAL, source, full=True)
+    else:
+        caller = Caller(ANONYMOUS, source, full=True)
+    request.state.caller = caller
+    return caller
+
+
+def json_only(request: Request) -> None:
+    """415 for a mutation that is not `application/json` (cross-site requests cannot be)."""
+    if request.method not in MUTATIONS:
         return
-    given = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(given.encode(), token.encode()):  # constant time
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail="missing or wrong bearer token (COORD_ADMIN_TOKEN)",
-            headers={"WWW-Authenticate": "Bearer"},
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            detail=f"{request.method} needs Content-Type: application/json "
+            f"(got {media or 'none'}); cross-site requests are refused",
         )
 
 
+CallerDep = Annotated[Caller, Depends(authenticate)]
+
+
+class Access:
+    """The ACL checks of one request: `require` answers 403 (and audits it) when denied."""
+
+    def __init__(self, request: Request, caller: Caller) -> None:
+        self.request = request
+        self.caller = caller
+        self.security = security_of(request)
+
+    def allowed(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        if self.caller.full or self.security is None:
+            return True
+        return self.security.authorize(
+            self.caller.principal, self.caller.source, op, rtype, name, log_denial=False
+        )
+
+    def require(self, op: AclOperation, rtype: ResourceType, name: str) -> None:
+        resource = f"{rtype.name}:{name}"
+        if getattr(self.request.state, "resource", None) is None:
+            self.request.state.resource = resource  # the mutation's audit line names it
+        if self.allowed(op, rtype, name):
+            return
+        audit(
+            op.name,
+            "denied",
+            principal=self.caller.principal,
+            source=self.caller.source,
+            resource=resource,
+            api="admin",
+            request=_what(self.request),
+        )
+        self.request.state.audited = True
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"{self.caller.principal} is not authorized to {op.name} {rtype.name} {name!r}",
+        )
+
+    def note(self, resource: str | None = None, **detail: Any) -> None:
+        """What the mutation's audit line adds (never a password)."""
+        if resource is not None:
+            self.request.state.resource = resource
+        current: dict[str, Any] = getattr(self.request.state, "detail", None) or {}
+        current.update(detail)
+        self.request.state.detail = current
+
+
+def access(request: Request, caller: CallerDep) -> Access:
+    return Access(request, caller)
+
+
 AdminDep = Annotated[AdminService, Depends(admin_service)]
-AdminAuth = Depends(require_token)
+AccessDep = Annotated[Access, Depends(access)]
+# every route but the probes: who is calling, and mutations in JSON only
+AdminAuth = Depends(authenticate)
+JsonOnly = Depends(json_only)
+PROTECTED = [AdminAuth, JsonOnly]

@@ -7,9 +7,13 @@ state; changes go through the core like any Kafka request (write, then reply).
 from __future__ import annotations
 
 import base64
+import ipaddress
+import ssl
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
+from app.config import Settings
 from app.group.consumer_protocol import decode_assignment, decode_subscription
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
@@ -31,6 +35,37 @@ from app.runtime.node import CoordinatorNode
 from app.runtime.placement import partition_for
 from app.runtime.runtime import METADATA_PARTITION, PartitionState, now_ms
 from app.service import CoordinatorError
+
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def advertised_admin_url(settings: Settings) -> str | None:
+    """The admin URL a node registers, where other nodes redirect and the CLI follows:
+    COORD_ADVERTISED_ADMIN_URL, else COORD_ADMIN_LISTEN when its host is a concrete address
+    (https with COORD_ADMIN_SSL_CERTFILE), else None: a wildcard such as 0.0.0.0 names no host,
+    and a redirect to it would send the caller (and its credentials) anywhere."""
+    if settings.advertised_admin_url:
+        url = settings.advertised_admin_url.strip().rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+            raise ValueError(
+                f"COORD_ADVERTISED_ADMIN_URL {url!r} is not http(s)://host[:port] (no path)"
+            )
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError(f"COORD_ADVERTISED_ADMIN_URL {url!r} may hold no credentials")
+        return url
+    host, port = settings.admin_address
+    if host in _WILDCARDS:
+        return None
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            return None
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:
+        pass  # a host name
+    scheme = "https" if settings.admin_ssl_certfile else "http"
+    return f"{scheme}://{host}:{port}"
 
 
 class AdminError(Exception):
@@ -318,7 +353,10 @@ class AdminService:
             headers = {"X-Coordinator-Local": "1"}
             if self.token:
                 headers["Authorization"] = f"Bearer {self.token}"
-            async with httpx.AsyncClient(timeout=5) as client:
+            # https admin URLs of the other nodes: trusted through COORD_SSL_CAFILE if set
+            cafile = self.node.settings.ssl_cafile
+            verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
+            async with httpx.AsyncClient(timeout=5, verify=verify) as client:
                 for url in others.values():
                     try:
                         r = await client.get(
@@ -351,22 +389,29 @@ class AdminService:
                     "load_error": node.load_error(pid),
                 }
             )
+        nodes = self.nodes()
+        for n in nodes:
+            n["partitions"] = sum(1 for p in partitions if p["owner"] == n["node_id"])
         return {
             "node_id": node.node_id,
             "ready": node.ready(),
-            "nodes": [
-                {
-                    "node_id": b.node_id,
-                    "host": b.host,
-                    "port": b.port,
-                    "admin_url": node.admin_urls.get(b.node_id),
-                    "partitions": sum(1 for p in partitions if p["owner"] == b.node_id),
-                }
-                for b in node.cluster().brokers
-            ],
+            "nodes": nodes,
             "topics": node.topics,
             "partitions": partitions,
         }
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The live nodes with the admin URL each registered (COORD_ADVERTISED_ADMIN_URL)."""
+        node = self.node
+        return [
+            {
+                "node_id": b.node_id,
+                "host": b.host,
+                "port": b.port,
+                "admin_url": node.admin_urls.get(b.node_id),
+            }
+            for b in node.cluster().brokers
+        ]
 
     # -- topics -------------------------------------------------------------------------------
 

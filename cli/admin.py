@@ -1,13 +1,19 @@
 """`coordinator groups|topics|cluster`: the admin REST API from a terminal.
 
 Readable tables by default, `--json` for scripts, a non-zero exit with the server's message on
-errors. Redirects to the node that owns a group are followed.
+errors. Credentials: the bearer token (COORD_ADMIN_TOKEN), or HTTP Basic as a SCRAM user
+(`--user`/COORD_ADMIN_USER, the password from COORD_ADMIN_PASSWORD or a hidden prompt, never
+an argument). Redirects to the node that owns a group are followed by hand, and only to the
+node pointed at or to an admin URL that node lists in GET /cluster/nodes: the credentials never
+go to any other host.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -26,7 +32,20 @@ Url = Annotated[
 ]
 Token = Annotated[
     str | None,
-    typer.Option("--token", envvar="COORD_ADMIN_TOKEN", help="bearer token (COORD_ADMIN_TOKEN)"),
+    typer.Option(
+        "--token",
+        envvar="COORD_ADMIN_TOKEN",
+        help="bearer token; prefer COORD_ADMIN_TOKEN (a flag shows in ps)",
+    ),
+]
+User = Annotated[
+    str | None,
+    typer.Option(
+        "--user",
+        envvar="COORD_ADMIN_USER",
+        help="HTTP Basic as this SCRAM user (COORD_ADMIN_USER); the password from "
+        "COORD_ADMIN_PASSWORD or a prompt",
+    ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="print the raw JSON answer")]
 DEFAULT_URL = os.environ.get("COORD_ADMIN_URL", "http://127.0.0.1:8080")
@@ -36,6 +55,33 @@ topics_cli = typer.Typer(help="The topic registry clients see in Metadata.")
 
 
 MAX_REDIRECTS = 5
+MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What every request carries: a bearer token or a Basic user (the user wins)."""
+
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        if self.user is not None:
+            pair = f"{self.user}:{self.password or ''}".encode()
+            return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+        if self.token:
+            return {"Authorization": f"Bearer {self.token}"}
+        return {}
+
+
+def credentials(token: str | None, user: str | None = None) -> Credentials:
+    if not user:
+        return Credentials(token=token)
+    password = os.environ.get("COORD_ADMIN_PASSWORD")
+    if password is None:
+        password = typer.prompt(f"password of {user}", hide_input=True, err=True)
+    return Credentials(user=user, password=password)
 
 
 def seg(value: str) -> str:
@@ -43,24 +89,81 @@ def seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def call(method: str, url: str, path: str, token: str | None, body: Any = None) -> Any:
-    """One admin call; a 307/308 to the node that owns the group is followed by hand, since
-    httpx drops the Authorization header on a redirect to another origin (another port)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+def origin(url: httpx.URL) -> tuple[str, str, int]:
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return url.scheme, url.host.lower(), port
+
+
+def shown(url: httpx.URL | str) -> str:
+    """A URL to print: without any user or password it may hold."""
+    try:
+        u = httpx.URL(str(url))
+        return str(u.copy_with(userinfo=b"")) if u.userinfo else str(u)
+    except (httpx.InvalidURL, TypeError):
+        return str(url)
+
+
+def listed_admin_origins(
+    client: httpx.Client, start: httpx.URL, headers: dict[str, str]
+) -> set[tuple[str, str, int]]:
+    """The admin URLs of the nodes the first node lists (GET /cluster/nodes)."""
+    r = client.get(start.join("/cluster/nodes"), headers=headers)
+    try:
+        nodes = r.json() if r.status_code == 200 else []
+    except ValueError:
+        return set()
+    out = set()
+    for n in nodes if isinstance(nodes, list) else []:
+        url = n.get("admin_url") if isinstance(n, dict) else None
+        if isinstance(url, str) and url:
+            try:
+                out.add(origin(httpx.URL(url)))
+            except (httpx.InvalidURL, TypeError):
+                continue
+    return out
+
+
+def call(method: str, url: str, path: str, auth: Credentials | str | None, body: Any = None) -> Any:
+    """One admin call; a 307/308 to the node that owns the group is followed by hand, and only
+    to an admin URL the node pointed at lists: the credentials go nowhere else."""
+    creds = auth if isinstance(auth, Credentials) else Credentials(token=auth)
+    auth_headers = creds.headers()
+    headers = dict(auth_headers)
+    if method in MUTATIONS:
+        headers["Content-Type"] = "application/json"  # the API refuses mutations without it
     target = url.rstrip("/") + path
     try:
         with httpx.Client(follow_redirects=False, timeout=30) as client:
+            start = httpx.URL(target)
+            trusted = {origin(start)}
+            listed: set[tuple[str, str, int]] | None = None
             for _ in range(MAX_REDIRECTS + 1):
-                r = client.request(method, target, json=body, headers=headers)
+                content = json.dumps(body).encode() if body is not None else None
+                r = client.request(method, target, content=content, headers=headers)
                 location = r.headers.get("location")
                 if r.status_code not in (307, 308) or not location:
                     break
-                target = str(r.url.join(location))
+                nxt = r.url.join(location)
+                if origin(nxt) not in trusted:
+                    if listed is None:
+                        listed = listed_admin_origins(client, start, auth_headers)
+                    if origin(nxt) not in listed:
+                        err.print(
+                            f"[red]refusing to follow the redirect to {escape(shown(nxt))}: it "
+                            f"is not an admin URL that {escape(shown(start.join('/')))} lists in "
+                            "/cluster/nodes, so the credentials are not sent there[/red]"
+                        )
+                        raise typer.Exit(1)
+                    trusted.add(origin(nxt))
+                target = str(nxt)
             else:
-                err.print(f"[red]too many redirects (last: {escape(target)})[/red]")
+                err.print(f"[red]too many redirects (last: {escape(shown(target))})[/red]")
                 raise typer.Exit(1)
     except httpx.HTTPError as e:
-        err.print(f"[red]cannot reach {escape(target)}: {escape(str(e))}[/red]")
+        err.print(f"[red]cannot reach {escape(shown(target))}: {escape(str(e))}[/red]")
+        raise typer.Exit(2) from e
+    except httpx.InvalidURL as e:
+        err.print(f"[red]cannot reach {escape(shown(target))}: {escape(str(e))}[/red]")
         raise typer.Exit(2) from e
     if r.status_code >= 400:
         try:
@@ -89,12 +192,13 @@ def show(data: Any, as_json: bool, title: str, columns: list[str]) -> None:
 def groups_list(
     url: Url = DEFAULT_URL,
     token: Token = None,
+    user: User = None,
     as_json: Json = False,
     state: Annotated[str | None, typer.Option(help="only groups in this state")] = None,
 ) -> None:
     path = "/groups" + (f"?{urlencode({'state': state})}" if state else "")
     show(
-        call("GET", url, path, token),
+        call("GET", url, path, credentials(token, user)),
         as_json,
         "groups",
         ["group_id", "state", "protocol_type", "generation", "members"],
@@ -103,9 +207,13 @@ def groups_list(
 
 @groups_cli.command("describe")
 def groups_describe(
-    group_id: str, url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False
+    group_id: str,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    user: User = None,
+    as_json: Json = False,
 ) -> None:
-    g = call("GET", url, f"/groups/{seg(group_id)}", token)
+    g = call("GET", url, f"/groups/{seg(group_id)}", credentials(token, user))
     if as_json:
         typer.echo(json.dumps(g, indent=2))
         return
@@ -142,11 +250,12 @@ def groups_register(
     expansion_timeout_ms: Annotated[int, typer.Option(help="wait for the batch")] = 60_000,
     url: Url = DEFAULT_URL,
     token: Token = None,
+    user: User = None,
     as_json: Json = False,
 ) -> None:
     """Pre-register static members so their scale-up costs one rebalance."""
     body = {"group_instance_ids": instance_ids, "expansion_timeout_ms": expansion_timeout_ms}
-    g = call("POST", url, f"/groups/{seg(group_id)}/static-members", token, body)
+    g = call("POST", url, f"/groups/{seg(group_id)}/static-members", credentials(token, user), body)
     if as_json:
         typer.echo(json.dumps(g, indent=2))
     else:
@@ -160,24 +269,42 @@ def groups_rebalance(
     reason: Annotated[str, typer.Option()] = "requested by operator",
     url: Url = DEFAULT_URL,
     token: Token = None,
+    user: User = None,
     as_json: Json = False,
 ) -> None:
-    r = call("POST", url, f"/groups/{seg(group_id)}/rebalance", token, {"reason": reason})
+    r = call(
+        "POST",
+        url,
+        f"/groups/{seg(group_id)}/rebalance",
+        credentials(token, user),
+        {"reason": reason},
+    )
     typer.echo(json.dumps(r, indent=2) if as_json else f"{group_id}: {r['result']}")
 
 
 @groups_cli.command("remove-member")
 def groups_remove_member(
-    group_id: str, group_instance_id: str, url: Url = DEFAULT_URL, token: Token = None
+    group_id: str,
+    group_instance_id: str,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    user: User = None,
 ) -> None:
     """Remove a static member (or withdraw its registration); the group rebalances."""
-    call("DELETE", url, f"/groups/{seg(group_id)}/static-members/{seg(group_instance_id)}", token)
+    call(
+        "DELETE",
+        url,
+        f"/groups/{seg(group_id)}/static-members/{seg(group_instance_id)}",
+        credentials(token, user),
+    )
     typer.echo(f"removed {group_instance_id} from {group_id}")
 
 
 @groups_cli.command("delete")
-def groups_delete(group_id: str, url: Url = DEFAULT_URL, token: Token = None) -> None:
-    call("DELETE", url, f"/groups/{seg(group_id)}", token)
+def groups_delete(
+    group_id: str, url: Url = DEFAULT_URL, token: Token = None, user: User = None
+) -> None:
+    call("DELETE", url, f"/groups/{seg(group_id)}", credentials(token, user))
     typer.echo(f"deleted {group_id}")
 
 
@@ -190,6 +317,7 @@ def groups_offsets(
     ] = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
+    user: User = None,
     as_json: Json = False,
 ) -> None:
     if set_:
@@ -202,22 +330,32 @@ def groups_offsets(
             except ValueError as e:
                 err.print(f"[red]--set {escape(repr(item))} is not topic:partition=offset[/red]")
                 raise typer.Exit(2) from e
-        data = call("POST", url, f"/groups/{seg(group_id)}/offsets", token, {"offsets": offsets})
+        data = call(
+            "POST",
+            url,
+            f"/groups/{seg(group_id)}/offsets",
+            credentials(token, user),
+            {"offsets": offsets},
+        )
     else:
-        data = call("GET", url, f"/groups/{seg(group_id)}/offsets", token)
+        data = call("GET", url, f"/groups/{seg(group_id)}/offsets", credentials(token, user))
     show(data, as_json, f"offsets of {group_id}", ["topic", "partition", "offset", "metadata"])
 
 
 @topics_cli.command("list")
-def topics_list(url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False) -> None:
-    data = call("GET", url, "/topics", token)
+def topics_list(
+    url: Url = DEFAULT_URL, token: Token = None, user: User = None, as_json: Json = False
+) -> None:
+    data = call("GET", url, "/topics", credentials(token, user))
     rows = [{"topic": t, "partitions": n} for t, n in data.items()]
     show(data if as_json else rows, as_json, "topics", ["topic", "partitions"])
 
 
 @topics_cli.command("create")
-def topics_create(name: str, partitions: int, url: Url = DEFAULT_URL, token: Token = None) -> None:
-    call("POST", url, "/topics", token, {"name": name, "partitions": partitions})
+def topics_create(
+    name: str, partitions: int, url: Url = DEFAULT_URL, token: Token = None, user: User = None
+) -> None:
+    call("POST", url, "/topics", credentials(token, user), {"name": name, "partitions": partitions})
     typer.echo(f"created {name} with {partitions} partitions")
 
 
@@ -227,14 +365,17 @@ def topics_alter(
     partitions: Annotated[int, typer.Option(help="new count (grow only)")],
     url: Url = DEFAULT_URL,
     token: Token = None,
+    user: User = None,
 ) -> None:
-    call("PATCH", url, f"/topics/{seg(name)}", token, {"partitions": partitions})
+    call("PATCH", url, f"/topics/{seg(name)}", credentials(token, user), {"partitions": partitions})
     typer.echo(f"{name} now has {partitions} partitions")
 
 
-def cluster_command(url: Url = DEFAULT_URL, token: Token = None, as_json: Json = False) -> None:
+def cluster_command(
+    url: Url = DEFAULT_URL, token: Token = None, user: User = None, as_json: Json = False
+) -> None:
     """Nodes, log partitions, owners, epochs and loading state."""
-    data = call("GET", url, "/cluster", token)
+    data = call("GET", url, "/cluster", credentials(token, user))
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return

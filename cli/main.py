@@ -75,7 +75,6 @@ def serve(
     archive_history: Annotated[bool | None, Opt()] = None,
     history_retention_ms: Annotated[int | None, Opt()] = None,
     compaction_interval_ms: Annotated[int | None, Opt()] = None,
-    admin_token: Annotated[str | None, Opt(help="COORD_ADMIN_TOKEN")] = None,
 ) -> None:
     """Run a coordinator node (migrates the database first)."""
     settings = _settings(**{k: v for k, v in locals().items()})

@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import signal
 import sys
 
 import uvicorn
+from sqlalchemy.engine import make_url
 
 from api.app import create_app
+from app.admin import advertised_admin_url
 from app.config import Settings
 from app.kafka.apis import version_table
 from app.kafka.limits import ServerLimits
 from app.kafka.server import start_kafka_server
 from app.runtime.node import CoordinatorNode
+from app.security.manager import SecurityManager
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
@@ -26,7 +30,51 @@ log = logging.getLogger(__name__)
 SWITCH_INTERVAL_S = 0.0005
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def admin_exposure_problem(settings: Settings) -> str | None:
+    """Why the node must not start with these admin settings; None when it may. Secure by
+    default: an admin API reachable from other machines needs COORD_ADMIN_TOKEN, unless
+    COORD_ADMIN_ALLOW_INSECURE=true says the risk is known."""
+    if bool(settings.admin_ssl_certfile) != bool(settings.admin_ssl_keyfile):
+        return "COORD_ADMIN_SSL_CERTFILE and COORD_ADMIN_SSL_KEYFILE must be set together"
+    try:
+        advertised_admin_url(settings)
+    except ValueError as e:
+        return str(e)
+    host, port = settings.admin_address
+    if settings.admin_token or settings.admin_allow_insecure or is_loopback(host):
+        return None
+    return (
+        f"refusing to start: the admin API would listen on {host or '0.0.0.0'}:{port}, which "
+        "is not a loopback address, without COORD_ADMIN_TOKEN, so anyone who can reach it "
+        "could delete groups, reset offsets and change users and ACLs. Set COORD_ADMIN_TOKEN "
+        "(e.g. `openssl rand -hex 32`), or listen on 127.0.0.1 (COORD_ADMIN_LISTEN), or set "
+        "COORD_ADMIN_ALLOW_INSECURE=true to accept the risk."
+    )
+
+
+def shown_database_url(url: str) -> str:
+    """The database URL for a log line: its password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: say nothing of it
+        return "<unparseable database URL>"
+
+
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    problem = admin_exposure_problem(settings)
+    if problem:
+        log.error("%s", problem)
+        raise SystemExit(problem)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -45,6 +93,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         max_queued_records=settings.max_queued_records,
     )
     writer.start()
+    # credentials and ACLs: read before the first client can connect
+    security = SecurityManager.from_settings(event_log, settings)
+    await security.start()
     node = CoordinatorNode(settings, event_log, writer)
     # build the API table (kio's classes, ~2 s) before claiming leases, not on the first
     # connection, where it would stall the event loop and with it the lease renewals
@@ -66,26 +117,29 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     admin_host, admin_port = settings.admin_address
     admin = uvicorn.Server(
         uvicorn.Config(
-            create_app(node, settings.admin_token or None),
+            create_app(node, settings.admin_token or None, security=security),
             host=admin_host,
             port=admin_port,
             log_level="warning",
             lifespan="off",
+            ssl_certfile=settings.admin_ssl_certfile or None,
+            ssl_keyfile=settings.admin_ssl_keyfile or None,
         )
     )
     # _serve skips uvicorn's own signal capture: this function owns SIGINT/SIGTERM
     admin_task = asyncio.create_task(admin._serve(), name="admin")
     log.info(
-        "node %d serving Kafka on %s:%d (advertised %s:%d), admin on http://%s:%d, %d log "
+        "node %d serving Kafka on %s:%d (advertised %s:%d), admin on %s://%s:%d, %d log "
         "partitions, database %s",
         settings.node_id,
         host,
         port,
         *settings.advertised_address,
+        "https" if settings.admin_ssl_certfile else "http",
         admin_host,
         admin_port,
         node.log_partitions,
-        settings.database_url,
+        shown_database_url(settings.database_url),
     )
     try:
         await stop.wait()
@@ -94,6 +148,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         kafka.close()
         admin.should_exit = True
         await node.stop()
+        await security.stop()
         await writer.stop()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(admin_task, 5)

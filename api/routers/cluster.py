@@ -1,4 +1,5 @@
-"""/cluster, /healthz, /readyz, /metrics."""
+"""/cluster, /cluster/nodes, and the probes /healthz, /readyz, /metrics (no authentication:
+they hold no secrets, and probes and scrapers carry no credentials)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.deps import AdminAuth, AdminDep
+from api.deps import PROTECTED, AccessDep, AdminDep
+from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 router = APIRouter(tags=["cluster"])
 
@@ -42,6 +44,14 @@ async def metrics(admin: AdminDep) -> Response:
     return Response(generate_latest(admin.node.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/cluster", dependencies=[AdminAuth])
-async def cluster(admin: AdminDep) -> dict[str, Any]:
+@router.get("/cluster", dependencies=PROTECTED)
+async def cluster(admin: AdminDep, access: AccessDep) -> dict[str, Any]:
+    access.require(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
     return admin.cluster_view()
+
+
+@router.get("/cluster/nodes", dependencies=PROTECTED)
+async def cluster_nodes(admin: AdminDep) -> list[dict[str, Any]]:
+    """The live nodes and their registered admin URLs, to any authenticated caller (as Kafka's
+    Metadata lists the brokers): the CLI sends its credentials only to these."""
+    return admin.nodes()

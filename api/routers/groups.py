@@ -1,4 +1,11 @@
-"""/groups: describe, pre-register static members, force a rebalance, remove, offsets."""
+"""/groups: describe, pre-register static members, force a rebalance, remove, offsets.
+
+The ACL checks are Kafka's for the same acts: describing a group (and its offsets) needs GROUP
+DESCRIBE, acting as or on its members (rebalance, remove, pre-register, reset offsets) GROUP
+READ, plus TOPIC READ on each topic whose offsets are set; deleting it GROUP DELETE. Offsets
+of topics the caller may not DESCRIBE are left out, as OffsetFetch leaves them out. Checks
+come before the redirect to the owning node: a denied caller learns nothing about ownership.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +14,25 @@ from urllib.parse import unquote
 
 from fastapi import APIRouter, Header, Query
 
-from api.deps import AdminAuth, AdminDep
+from api.deps import PROTECTED, Access, AccessDep, AdminDep
 from api.schemas import OffsetsIn, RebalanceIn, StaticMembersIn
+from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
-router = APIRouter(prefix="/groups", tags=["groups"], dependencies=[AdminAuth])
+router = APIRouter(prefix="/groups", tags=["groups"], dependencies=PROTECTED)
+
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
+DESCRIBE, READ, DELETE = AclOperation.DESCRIBE, AclOperation.READ, AclOperation.DELETE
 
 
 def param(value: str) -> str:
     """A path segment as routed by `api.app.RoutedOnRawPath` (only "%" and "/" escaped)."""
     return unquote(value)
+
+
+def visible_offsets(access: Access, offsets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if access.caller.full:
+        return offsets
+    return [o for o in offsets if access.allowed(DESCRIBE, TOPIC, o["topic"])]
 
 
 STATES = "^(?i:empty|preparingrebalance|completingrebalance|stable|dead)$"
@@ -24,54 +41,83 @@ STATES = "^(?i:empty|preparingrebalance|completingrebalance|stable|dead)$"
 @router.get("")
 async def list_groups(
     admin: AdminDep,
+    access: AccessDep,
     state: str | None = Query(default=None, pattern=STATES),
     local: str | None = Header(default=None, alias="X-Coordinator-Local"),
 ) -> list[dict[str, Any]]:
-    """Every group of the cluster (each node adds the groups of the partitions it owns)."""
-    if local:
-        return admin.list_groups(state)
-    return await admin.list_all_groups(state)
+    """Every group of the cluster (each node adds the groups of the partitions it owns), as
+    ListGroups: only those the caller may DESCRIBE, unless it may DESCRIBE the cluster."""
+    groups = admin.list_groups(state) if local else await admin.list_all_groups(state)
+    if access.allowed(DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return groups
+    return [g for g in groups if access.allowed(DESCRIBE, GROUP, g["group_id"])]
 
 
 @router.get("/{group_id}")
-async def describe_group(group_id: str, admin: AdminDep) -> dict[str, Any]:
-    return admin.describe_group(param(group_id))
+async def describe_group(group_id: str, admin: AdminDep, access: AccessDep) -> dict[str, Any]:
+    gid = param(group_id)
+    access.require(DESCRIBE, GROUP, gid)
+    g = admin.describe_group(gid)
+    g["offsets"] = visible_offsets(access, g["offsets"])
+    return g
 
 
 @router.delete("/{group_id}", status_code=204)
-async def delete_group(group_id: str, admin: AdminDep) -> None:
-    await admin.delete_group(param(group_id))
+async def delete_group(group_id: str, admin: AdminDep, access: AccessDep) -> None:
+    gid = param(group_id)
+    access.require(DELETE, GROUP, gid)
+    await admin.delete_group(gid)
 
 
 @router.post("/{group_id}/static-members")
 async def register_static_members(
-    group_id: str, body: StaticMembersIn, admin: AdminDep
+    group_id: str, body: StaticMembersIn, admin: AdminDep, access: AccessDep
 ) -> dict[str, Any]:
-    return await admin.register_static_members(
-        param(group_id), body.group_instance_ids, body.expansion_timeout_ms
-    )
+    gid = param(group_id)
+    access.require(READ, GROUP, gid)
+    access.note(group_instance_ids=len(body.group_instance_ids))
+    g = await admin.register_static_members(gid, body.group_instance_ids, body.expansion_timeout_ms)
+    g["offsets"] = visible_offsets(access, g["offsets"])
+    return g
 
 
 @router.delete("/{group_id}/static-members/{group_instance_id}", status_code=204)
-async def remove_static_member(group_id: str, group_instance_id: str, admin: AdminDep) -> None:
-    await admin.remove_static_member(param(group_id), param(group_instance_id))
+async def remove_static_member(
+    group_id: str, group_instance_id: str, admin: AdminDep, access: AccessDep
+) -> None:
+    gid, instance = param(group_id), param(group_instance_id)
+    access.require(READ, GROUP, gid)
+    access.note(group_instance_id=instance)
+    await admin.remove_static_member(gid, instance)
 
 
 @router.post("/{group_id}/rebalance")
 async def force_rebalance(
-    group_id: str, admin: AdminDep, body: RebalanceIn | None = None
+    group_id: str, admin: AdminDep, access: AccessDep, body: RebalanceIn | None = None
 ) -> dict[str, Any]:
     """Stable/CompletingRebalance → PreparingRebalance; the body (and its reason) is optional."""
-    return await admin.force_rebalance(param(group_id), (body or RebalanceIn()).reason)
+    gid = param(group_id)
+    access.require(READ, GROUP, gid)
+    reason = (body or RebalanceIn()).reason
+    access.note(reason=reason)
+    return await admin.force_rebalance(gid, reason)
 
 
 @router.get("/{group_id}/offsets")
-async def group_offsets(group_id: str, admin: AdminDep) -> list[dict[str, Any]]:
-    return admin.group_offsets(param(group_id))
+async def group_offsets(group_id: str, admin: AdminDep, access: AccessDep) -> list[dict[str, Any]]:
+    gid = param(group_id)
+    access.require(DESCRIBE, GROUP, gid)
+    return visible_offsets(access, admin.group_offsets(gid))
 
 
 @router.post("/{group_id}/offsets")
-async def set_offsets(group_id: str, body: OffsetsIn, admin: AdminDep) -> list[dict[str, Any]]:
-    return await admin.set_offsets(
-        param(group_id), [(o.topic, o.partition, o.offset) for o in body.offsets]
-    )
+async def set_offsets(
+    group_id: str, body: OffsetsIn, admin: AdminDep, access: AccessDep
+) -> list[dict[str, Any]]:
+    gid = param(group_id)
+    access.require(READ, GROUP, gid)
+    for topic in sorted({o.topic for o in body.offsets}):
+        access.require(READ, TOPIC, topic)
+    access.note(partitions=len(body.offsets))
+    done = await admin.set_offsets(gid, [(o.topic, o.partition, o.offset) for o in body.offsets])
+    return visible_offsets(access, done)

@@ -207,9 +207,10 @@ class CoordinatorNode:
         )
         t = now_ms()
         host, port = self.settings.advertised_address
-        admin_host, admin_port = self.settings.admin_address
+        from app.admin import advertised_admin_url  # app.admin imports this module
+
         await self.log.register_node(
-            self.node_id, host, port, f"http://{admin_host}:{admin_port}", t
+            self.node_id, host, port, advertised_admin_url(self.settings), t
         )
         self.started_ms = t
         await self.leasing.tick()

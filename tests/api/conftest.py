@@ -22,8 +22,9 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
 
 @pytest.fixture
 async def secured(tmp_path: Path) -> AsyncIterator[Api]:
-    """A node whose admin API needs `Authorization: Bearer s3cret` (its client sends none)."""
-    async with served_node(tmp_path, token="s3cret") as a:
+    """A node whose admin API needs `Authorization: Bearer s3cret` (its client sends none),
+    with a security manager (HTTP Basic, /acls, /users) and no authorizer."""
+    async with served_node(tmp_path, token="s3cret", security=True) as a:
         a.http.headers.pop("Authorization", None)
         yield a
 

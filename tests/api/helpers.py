@@ -19,6 +19,7 @@ import uvicorn
 from api.app import create_app
 from app.config import Settings
 from app.runtime.node import CoordinatorNode
+from app.security.manager import SecurityManager
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
@@ -155,6 +156,7 @@ class Api:
     url: str
     http: httpx.AsyncClient
     token: str | None
+    security: SecurityManager | None = None
 
     @property
     def node(self) -> CoordinatorNode:
@@ -169,11 +171,13 @@ class Api:
 
 
 @asynccontextmanager
-async def serve_app(node: CoordinatorNode, port: int, token: str | None) -> AsyncIterator[None]:
+async def serve_app(
+    node: CoordinatorNode, port: int, token: str | None, security: SecurityManager | None = None
+) -> AsyncIterator[None]:
     """The node's FastAPI app on uvicorn, as `coordinator serve` runs it."""
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(node, token),
+            create_app(node, token, security=security),
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -197,8 +201,10 @@ async def serve_app(node: CoordinatorNode, port: int, token: str | None) -> Asyn
 
 @asynccontextmanager
 async def served_node(
-    tmp_path: Path, *, token: str | None = None, **settings: Any
+    tmp_path: Path, *, token: str | None = None, security: bool = False, **settings: Any
 ) -> AsyncIterator[Api]:
+    """A node and its admin app; `security`: with a SecurityManager on the node's database
+    (HTTP Basic, ACL checks when `authorizer="acl"`, /acls and /users)."""
     port = free_port()
     values: dict[str, Any] = {
         "admin_listen": f"127.0.0.1:{port}",
@@ -208,11 +214,19 @@ async def served_node(
     values.update(settings)
     if token:
         values["admin_token"] = token
-    async with running_node(tmp_path, **values) as rn, serve_app(rn.node, port, token):
+    async with AsyncExitStack() as stack:
+        rn = await stack.enter_async_context(running_node(tmp_path, **values))
+        manager = None
+        if security:
+            manager = SecurityManager.from_settings(rn.log, rn.settings)
+            await manager.start()
+            stack.push_async_callback(manager.stop)
+        await stack.enter_async_context(serve_app(rn.node, port, token, manager))
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers["Content-Type"] = "application/json"  # mutations must say so (api.deps)
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as http:
-            yield Api(rn, url, http, token)
+            yield Api(rn, url, http, token, manager)
 
 
 @dataclass
@@ -223,27 +237,35 @@ class ClusterNode:
 
 @asynccontextmanager
 async def two_nodes(
-    tmp_path: Path, *, token: str | None = None, **overrides: Any
+    tmp_path: Path,
+    *,
+    token: str | None = None,
+    per_node: dict[int, dict[str, Any]] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[tuple[ClusterNode, ClusterNode]]:
-    """Two nodes on one SQLite file, each with its admin app on its own port."""
+    """Two nodes on one SQLite file, each with its admin app on its own port; `per_node`:
+    settings of node 1 or 2 only ("{port}" in a value is the node's admin port)."""
     url = sqlite_url(tmp_path)
     await upgrade_async(url)
     async with AsyncExitStack() as stack:
         out = []
         for node_id in (1, 2):
             port = free_port()
-            settings = Settings(
-                database_url=url,
-                node_id=node_id,
-                kafka_listen=f"127.0.0.1:{free_port()}",
-                admin_listen=f"127.0.0.1:{port}",
-                log_partitions=8,
-                lease_ttl_ms=5000,  # placement settles in a few rounds of 1.25 s
-                topics="t1:3,t6:6",
-                initial_rebalance_delay_ms=0,
-                admin_token=token or "",
+            values: dict[str, Any] = {
+                "database_url": url,
+                "node_id": node_id,
+                "kafka_listen": f"127.0.0.1:{free_port()}",
+                "admin_listen": f"127.0.0.1:{port}",
+                "log_partitions": 8,
+                "lease_ttl_ms": 5000,  # placement settles in a few rounds of 1.25 s
+                "topics": "t1:3,t6:6",
+                "initial_rebalance_delay_ms": 0,
+                "admin_token": token or "",
                 **overrides,
-            )
+            }
+            for k, v in (per_node or {}).get(node_id, {}).items():
+                values[k] = v.replace("{port}", str(port)) if isinstance(v, str) else v
+            settings = Settings(**values)
             event_log = await EventLog.open(url)
             stack.push_async_callback(event_log.close)
             writer = LogWriter(event_log, node_id)
@@ -286,12 +308,17 @@ class CliResult:
 
 
 async def run_cli(
-    *args: str, url: str | None = None, token: str | None = None, timeout: float = 60.0
+    *args: str,
+    url: str | None = None,
+    token: str | None = None,
+    timeout: float = 60.0,
+    extra_env: Mapping[str, str] | None = None,
 ) -> CliResult:
     """The real command in a subprocess (asynchronously: the node under test runs on this
     event loop). The admin URL and token come from COORD_ADMIN_URL/COORD_ADMIN_TOKEN."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
     env.update(COLUMNS="200", NO_COLOR="1", TERM="dumb")
+    env.update(extra_env or {})
     if url is not None:
         env["COORD_ADMIN_URL"] = url
     if token is not None:
