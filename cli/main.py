@@ -15,6 +15,7 @@ import typer
 
 from app.config import Settings
 from cli.admin import cluster_command, groups_cli, topics_cli
+from cli.certs import certs_cli
 from cli.security import acls_cli, users_cli
 
 cli = typer.Typer(no_args_is_help=True, add_completion=False, help="The `coordinator` command.")
@@ -148,6 +149,7 @@ def audit(
 cli.add_typer(groups_cli, name="groups")
 cli.add_typer(topics_cli, name="topics")
 cli.command("cluster")(cluster_command)
+cli.add_typer(certs_cli, name="certs")  # a private CA and TLS certificates (cli/certs.py)
 # credentials and ACLs, straight in the database (cli/security.py)
 cli.add_typer(users_cli, name="users")
 cli.add_typer(acls_cli, name="acls")
