@@ -27,6 +27,7 @@ FIGURES = {
     "memory": "bench.memory",
     "tansu": "bench.tansu",
     "hostile": "bench.hostile",
+    "security": "bench.security",
 }
 
 
