@@ -7,13 +7,10 @@ state; changes go through the core like any Kafka request (write, then reply).
 from __future__ import annotations
 
 import base64
-import ipaddress
 import ssl
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from app.config import Settings
 from app.group.consumer_protocol import decode_assignment, decode_subscription
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
@@ -35,37 +32,6 @@ from app.runtime.node import CoordinatorNode
 from app.runtime.placement import partition_for
 from app.runtime.runtime import METADATA_PARTITION, PartitionState, now_ms
 from app.service import CoordinatorError
-
-_WILDCARDS = ("", "0.0.0.0", "::")
-
-
-def advertised_admin_url(settings: Settings) -> str | None:
-    """The admin URL a node registers, where other nodes redirect and the CLI follows:
-    COORD_ADVERTISED_ADMIN_URL, else COORD_ADMIN_LISTEN when its host is a concrete address
-    (https with COORD_ADMIN_SSL_CERTFILE), else None: a wildcard such as 0.0.0.0 names no host,
-    and a redirect to it would send the caller (and its credentials) anywhere."""
-    if settings.advertised_admin_url:
-        url = settings.advertised_admin_url.strip().rstrip("/")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
-            raise ValueError(
-                f"COORD_ADVERTISED_ADMIN_URL {url!r} is not http(s)://host[:port] (no path)"
-            )
-        if parts.username or parts.password or parts.query or parts.fragment:
-            raise ValueError(f"COORD_ADVERTISED_ADMIN_URL {url!r} may hold no credentials")
-        return url
-    host, port = settings.admin_address
-    if host in _WILDCARDS:
-        return None
-    try:
-        if ipaddress.ip_address(host).is_unspecified:
-            return None
-        if ipaddress.ip_address(host).version == 6:
-            host = f"[{host}]"
-    except ValueError:
-        pass  # a host name
-    scheme = "https" if settings.admin_ssl_certfile else "http"
-    return f"{scheme}://{host}:{port}"
 
 
 class AdminError(Exception):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 from app.security.listeners import check_listener_settings
 
@@ -122,3 +125,43 @@ class Settings(BaseSettings):
     @property
     def topic_map(self) -> dict[str, int]:
         return parse_topics(self.topics)
+
+
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def advertised_admin_url(settings: Settings) -> str | None:
+    """The admin URL a node registers, where other nodes redirect and the CLI follows:
+    COORD_ADVERTISED_ADMIN_URL, else COORD_ADMIN_LISTEN when its host is a concrete address
+    (https with COORD_ADMIN_SSL_CERTFILE), else None: a wildcard such as 0.0.0.0 names no host,
+    and a redirect to it would send the caller (and its credentials) anywhere."""
+    if settings.advertised_admin_url:
+        url = settings.advertised_admin_url.strip().rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+            raise ValueError(
+                f"COORD_ADVERTISED_ADMIN_URL {url!r} is not http(s)://host[:port] (no path)"
+            )
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError(f"COORD_ADVERTISED_ADMIN_URL {url!r} may hold no credentials")
+        return url
+    host, port = settings.admin_address
+    if host in _WILDCARDS:
+        return None
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            return None
+        if ipaddress.ip_address(host).version == 6:
+            host = f"[{host}]"
+    except ValueError:
+        pass  # a host name
+    scheme = "https" if settings.admin_ssl_certfile else "http"
+    return f"{scheme}://{host}:{port}"
+
+
+def shown_database_url(url: str) -> str:
+    """The database URL for a log line: its password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: say nothing of it
+        return "<unparseable database URL>"

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.config import Settings
+from app.config import Settings, shown_database_url
 from cli.admin import cluster_command, groups_cli, topics_cli
 from cli.certs import certs_cli
 from cli.security import acls_cli, users_cli
@@ -97,7 +97,7 @@ def migrate(
     from storage.migrate import upgrade
 
     upgrade(settings.database_url)
-    typer.echo(f"database at head: {settings.database_url}")
+    typer.echo(f"database at head: {shown_database_url(settings.database_url)}")
 
 
 @cli.command()

@@ -11,16 +11,16 @@ import signal
 import sys
 
 import uvicorn
-from sqlalchemy.engine import make_url
 
 from api.app import create_app
-from app.admin import advertised_admin_url
-from app.config import Settings
+from app.config import Settings, advertised_admin_url, shown_database_url
 from app.kafka.apis import version_table
 from app.kafka.limits import ServerLimits
 from app.kafka.server import start_kafka_server
 from app.runtime.node import CoordinatorNode
+from app.security.listeners import listeners_of
 from app.security.manager import SecurityManager
+from app.security.tls import listeners_context
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
@@ -60,14 +60,6 @@ def admin_exposure_problem(settings: Settings) -> str | None:
         "(e.g. `openssl rand -hex 32`), or listen on 127.0.0.1 (COORD_ADMIN_LISTEN), or set "
         "COORD_ADMIN_ALLOW_INSECURE=true to accept the risk."
     )
-
-
-def shown_database_url(url: str) -> str:
-    """The database URL for a log line: its password masked."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy parses: say nothing of it
-        return "<unparseable database URL>"
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -113,7 +105,17 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     await node.start()
 
     host, port = settings.kafka_address
-    kafka = await start_kafka_server(node, host, port, ServerLimits.from_settings(settings))
+    listeners = listeners_of(settings)
+    tls = listeners_context(settings, listeners)
+    kafka = await start_kafka_server(
+        node,
+        host,
+        port,
+        ServerLimits.from_settings(settings),
+        listeners=listeners,
+        security=security,
+        tls=tls,
+    )
     admin_host, admin_port = settings.admin_address
     admin = uvicorn.Server(
         uvicorn.Config(
@@ -129,16 +131,19 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     # _serve skips uvicorn's own signal capture: this function owns SIGINT/SIGTERM
     admin_task = asyncio.create_task(admin._serve(), name="admin")
     log.info(
-        "node %d serving Kafka on %s:%d (advertised %s:%d), admin on %s://%s:%d, %d log "
-        "partitions, database %s",
+        "node %d serving Kafka on %s, admin on %s://%s:%d, %d log partitions, authorizer %s, "
+        "database %s",
         settings.node_id,
-        host,
-        port,
-        *settings.advertised_address,
+        ", ".join(
+            f"{li.name}://{li.host}:{li.port} (advertised {li.advertised_host}:"
+            f"{li.advertised_port})"
+            for li in listeners
+        ),
         "https" if settings.admin_ssl_certfile else "http",
         admin_host,
         admin_port,
         node.log_partitions,
+        settings.authorizer,
         shown_database_url(settings.database_url),
     )
     try:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from typing import Any, TypeVar
 
-from app.config import Settings
+from app.config import Settings, advertised_admin_url
 from app.group.config import CoreConfig
 from app.group.messages import Error
 from app.group.view import GroupSummary
@@ -32,6 +32,7 @@ from app.runtime.runtime import (
     now_ms,
 )
 from app.runtime.topics import TopicRegistry
+from app.security.listeners import listeners_of
 from app.service import Broker, ClusterView, CoordinatorLookup
 from storage.errors import StorageError
 from storage.log import EventLog, LeaseRow
@@ -50,8 +51,11 @@ class CoordinatorNode:
         self.writer = writer
         self.cluster_id = "coordinator"
         self.started_ms = 0
-        host, port = settings.advertised_address
-        self.broker = Broker(settings.node_id, host, port)
+        # the first listener's address is the node's own; every listener's is registered
+        endpoints = tuple(
+            (li.name, li.advertised_host, li.advertised_port) for li in listeners_of(settings)
+        )
+        self.broker = Broker(settings.node_id, endpoints[0][1], endpoints[0][2], endpoints)
         self.metrics = NodeMetrics()
         self.runtime = CoordinatorRuntime(
             settings.node_id,
@@ -206,11 +210,14 @@ class CoordinatorNode:
             self.settings.log_partitions
         )
         t = now_ms()
-        host, port = self.settings.advertised_address
-        from app.admin import advertised_admin_url  # app.admin imports this module
-
+        host, port = self.broker.host, self.broker.port
         await self.log.register_node(
-            self.node_id, host, port, advertised_admin_url(self.settings), t
+            self.node_id,
+            host,
+            port,
+            advertised_admin_url(self.settings),  # never a wildcard such as 0.0.0.0
+            t,
+            listeners=self.listener_addresses,
         )
         self.started_ms = t
         await self.leasing.tick()
@@ -219,6 +226,11 @@ class CoordinatorNode:
         if self.owns_metadata():
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
+
+    @property
+    def listener_addresses(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> the address advertised on it (the nodes table's `listeners`)."""
+        return {name: (host, port) for name, host, port in self.broker.endpoints}
 
     async def tick(self) -> None:
         await self.leasing.tick()

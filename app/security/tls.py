@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, cast
+
+from app.security.listeners import Listener, Settings
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,15 @@ def server_context(
         context.load_verify_locations(cafile)
     context.verify_mode = CLIENT_AUTH[client_auth]
     return context
+
+
+def listeners_context(settings: Settings, listeners: Sequence[Listener]) -> ssl.SSLContext | None:
+    """The TLS context of the node's SSL and SASL_SSL listeners (None when it has none)."""
+    if not any(li.protocol.tls for li in listeners):
+        return None
+    return server_context(
+        settings.ssl_certfile, settings.ssl_keyfile, settings.ssl_cafile, settings.ssl_client_auth
+    )
 
 
 class TlsTransport(asyncio.Transport):

@@ -15,8 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.admin import advertised_admin_url
-from app.config import Settings
+from app.config import Settings, advertised_admin_url
 from app.security.sasl import make_credential
 from tests.api.helpers import Api, eventually, served_node, two_nodes
 from tests.api.test_auth_errors_redirect import owned_group

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from app.admin import advertised_admin_url
-from app.config import Settings
+from app.config import Settings, advertised_admin_url
 from app.security.listeners import SecurityProtocol, listeners_of
 from cli.serve import admin_exposure_problem
 

@@ -20,7 +20,7 @@ from app.kafka.server import KafkaServer, start_kafka_server
 from app.runtime.node import CoordinatorNode
 from app.security.listeners import listeners_of
 from app.security.manager import SecurityManager
-from app.security.tls import server_context
+from app.security.tls import listeners_context
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
@@ -74,14 +74,7 @@ async def secure_node(
     await node.wait_loaded()
     host, port = settings.kafka_address
     listeners = listeners_of(settings)
-    tls = None
-    if any(li.protocol.tls for li in listeners):
-        tls = server_context(
-            settings.ssl_certfile,
-            settings.ssl_keyfile,
-            settings.ssl_cafile,
-            settings.ssl_client_auth,
-        )
+    tls = listeners_context(settings, listeners)
     server = await start_kafka_server(
         node,
         host,
