@@ -69,7 +69,7 @@ def build() -> None:
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except subprocess.TimeoutExpired as e:
-            pytest.fail(f"{' '.join(cmd)} timed out:\n{e.stdout}\n{e.stderr}", pytrace=False)
+            pytest.fail(f"{' '.join(cmd)} timed out:\n{e.stdout!r}\n{e.stderr!r}", pytrace=False)
         if r.returncode != 0 or not JAR.exists():
             pytest.fail(
                 f"{' '.join(cmd)} failed (rc={r.returncode}):\n{r.stdout[-20000:]}\n"

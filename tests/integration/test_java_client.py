@@ -191,7 +191,12 @@ def test_static_member_sigkill_restart_and_leader_skip_assignment(env: Consumers
         )  # fmt: skip
         current[name] = back
         back.wait_event("assigned", BALANCE_S)
-        env.wait(lambda b=back, n=name: b.owned == before[n], f"{name} owns {before[name]} again")
+        want = before[name]
+
+        def owns_again(b: JavaConsumerProcess = back, w: frozenset[int] = want) -> bool:
+            return b.owned == w
+
+        env.wait(owns_again, f"{name} owns {sorted(want)} again")
         assert_quiet([other], [mark_other], f"while {name} restarted")
         assert join_v9_count(env.coord) >= v9_before + 1, metric_line(env.coord)
         now = latest(env, group)
