@@ -252,3 +252,113 @@ def test_cooperative_sticky_third_member_moves_only_what_it_must(env: Consumers)
     assert rec2.generation >= gen + 2, (gen, rec2.generation)
     gens = [r.generation for r in group_records(env.coord.db_path, group) if r.value]
     assert gen + 1 in gens and gen + 2 in gens, gens
+
+
+@pytest.fixture
+def pg_nodes(pg_admin_dsn: str, tmp_path: Path) -> Iterator[list[CoordinatorProcess]]:
+    """Two nodes on a fresh PostgreSQL database (short leases: a takeover within seconds)."""
+    import asyncio
+    import uuid
+
+    import asyncpg
+
+    from storage.migrate import upgrade_async
+
+    name = f"java_{uuid.uuid4().hex[:10]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(pg_admin_dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    url = f"{pg_admin_dsn.rsplit('/', 1)[0]}/{name}".replace(
+        "postgresql://", "postgresql+asyncpg://"
+    )
+    asyncio.run(upgrade_async(url))
+    node_env = {**COORD_ENV, "COORD_LEASE_TTL_MS": "3000"}
+    nodes = [CoordinatorProcess(url, tmp_path, dict(node_env), node_id=i) for i in (1, 2)]
+    try:
+        for n in nodes:
+            n.start(wait_ready=False)
+        for n in nodes:
+            n.wait_ready(60)
+        yield nodes
+    finally:
+        for n in nodes:
+            n.kill()
+        asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
+
+
+def test_static_group_survives_coordinator_failover_on_postgres(
+    pg_nodes: list[CoordinatorProcess], tmp_path: Path
+) -> None:
+    """Two static Java members on a 2-node cluster: the node owning the group is SIGKILLed, the
+    other takes the group over from the log; the members find the new coordinator and carry on
+    without a rebalance (no callback, same generation, commits accepted)."""
+    group = "java-failover"
+    env = Consumers(tmp_path, pg_nodes[0])
+    bootstrap = ",".join(n.bootstrap for n in pg_nodes)
+    members = [
+        JavaConsumerProcess(
+            env.hub,
+            tmp_path,
+            bootstrap,
+            group,
+            TOPIC,
+            f"{group}-{i}",
+            instance=f"{group}-inst{i}",
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            session_timeout_ms=30000,
+        )
+        for i in range(2)
+    ]
+    env.consumers.extend(members)
+    try:
+
+        def stable() -> dict[str, Any] | None:
+            for m in members:
+                m.check_alive()
+            if sorted(p for m in members for p in m.owned) != sorted(ALL):
+                return None
+            try:
+                g: dict[str, Any] = pg_nodes[0].get(f"/groups/{group}")
+            except OSError:
+                return None
+            ok = g["state"] == "Stable" and len(g["members"]) == 2
+            return g if ok and all(m.owned for m in members) else None
+
+        g = env.wait(stable, f"group {group} stable", BALANCE_S)
+        gen = g["generation"]
+        before = {m.name: m.owned for m in members}
+        for m in members:
+            assert m.commit(5)["generation"] == gen
+        pid = next(x["log_partition"] for x in pg_nodes[0].get("/groups") if x["group_id"] == group)
+        owner_id = next(
+            p["owner"] for p in pg_nodes[0].get("/cluster")["partitions"] if p["partition"] == pid
+        )
+        owner = next(n for n in pg_nodes if n.node_id == owner_id)
+        survivor = next(n for n in pg_nodes if n is not owner)
+        marks = [m.mark() for m in members]
+        owner.kill()
+
+        def taken_over() -> dict[str, Any] | None:
+            try:
+                g2: dict[str, Any] = survivor.get(f"/groups/{group}")
+            except OSError:
+                return None
+            return g2 if g2["state"] == "Stable" else None
+
+        g2 = env.wait(taken_over, f"node {survivor.node_id} serves {group}", BALANCE_S)
+        assert g2["generation"] == gen
+        for m in members:  # commits reach the new coordinator, with the same generation
+            assert m.commit(6, timeout=60)["generation"] == gen
+        assert_quiet(members, marks, "through the failover")
+        assert {m.name: m.owned for m in members} == before
+        got = {o["partition"]: o["offset"] for o in survivor.get(f"/groups/{group}")["offsets"]}
+        assert got == dict.fromkeys(ALL, 6)
+        assert survivor.get(f"/groups/{group}")["generation"] == gen
+    finally:
+        env.kill_consumers()
