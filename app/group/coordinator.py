@@ -11,7 +11,7 @@ Timers live in `self.timers` (key -> deadline); the runtime wakes `poll_timers(n
   membership.py     JoinGroup, SyncGroup, Heartbeat, LeaveGroup
   rebalance.py      the join and sync phases, removing members, their timers
   registrations.py  static members registered ahead of a scale-up (admin API)
-  offsets.py        OffsetCommit, OffsetFetch, retention, DeleteGroups
+  offsets.py        OffsetCommit, OffsetFetch, OffsetDelete, retention, DeleteGroups
   view.py           DescribeGroups, ListGroups, snapshots for metrics and the admin API
   replay.py         replay(record), the one way durable state changes
 """
@@ -34,6 +34,7 @@ from app.group.messages import (
     LeaveGroupRequest,
     ListedGroup,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -126,6 +127,9 @@ class GroupCoordinator:
 
     def delete_group(self, handle: int, group_id: str, now: int) -> Result:
         return self._offsets.delete_group(handle, group_id, now)
+
+    def delete_offsets(self, handle: int, req: OffsetDeleteRequest, now: int) -> Result:
+        return self._offsets.delete_offsets(handle, req, now)
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         return view.describe_group(self.groups, group_id)

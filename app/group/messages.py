@@ -43,7 +43,10 @@ class Error(IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     UNSTABLE_OFFSET_COMMIT = 88
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
 
 # --- JoinGroup -------------------------------------------------------------------------------
@@ -212,6 +215,20 @@ class OffsetFetchResponse:
     group_id: str
     error: Error
     partitions: tuple[FetchedOffset, ...] = ()
+
+
+# --- OffsetDelete ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    """Delete committed offsets of a group (OffsetDelete, API 47). The core answers an
+    `OffsetCommitResponse` (one result per partition, GROUP_SUBSCRIBED_TO_TOPIC where a member
+    of an active consumer group subscribes to the topic), or a `DeleteGroupResult` carrying the
+    group-level error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP)."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]  # known, authorized partitions only
 
 
 # --- DescribeGroups / ListGroups / DeleteGroups ------------------------------------------------

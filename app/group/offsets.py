@@ -1,5 +1,5 @@
-"""Committed offsets (protocol.md §8, §9.3): OffsetCommit, OffsetFetch, retention, and
-DeleteGroups, whose tombstones end a group's offsets with it (Kafka's OffsetMetadataManager).
+"""Committed offsets (protocol.md §8, §9.3): OffsetCommit, OffsetFetch, OffsetDelete, retention,
+and DeleteGroups, whose tombstones end a group's offsets with it (Kafka's OffsetMetadataManager).
 
 Committed offsets become visible only once durable: the completion replays the records.
 """
@@ -13,6 +13,7 @@ from app.group.messages import (
     FetchedOffset,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
     PartitionResult,
@@ -159,6 +160,52 @@ class Offsets:
                     FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata)
                 )
         return OffsetFetchResponse(req.group_id, Error.NONE, tuple(out))
+
+    # ==== OffsetDelete ==========================================================================
+
+    def delete_offsets(self, handle: int, req: OffsetDeleteRequest, now: int) -> Result:
+        """Kafka's OffsetMetadataManager.deleteOffsets: tombstones for the partitions that have
+        an offset; GROUP_SUBSCRIBED_TO_TOPIC for the topics a member of an active consumer group
+        subscribes to; NONE for the rest. A group-level refusal is a DeleteGroupResult."""
+        out = Result()
+        group = self.groups.get(req.group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            out.reply(handle, DeleteGroupResult(req.group_id, Error.GROUP_ID_NOT_FOUND))
+            return out
+        subscribed: set[str] = set()
+        if not group.is_(GroupState.EMPTY):
+            # Kafka's ClassicGroup.validateOffsetDelete: only the consumer protocol lets a
+            # group with members lose offsets, and only of topics nobody subscribes to
+            if group.protocol_type != "consumer":
+                out.reply(handle, DeleteGroupResult(req.group_id, Error.NON_EMPTY_GROUP))
+                return out
+            subscribed = group.subscribed_topics() or set()  # unparseable: none (as Kafka)
+        pending = group.transient.pending_offset_commits
+        results: list[PartitionResult] = []
+        records: list[Record] = []
+        written: list[tuple[str, int]] = []
+        for tp in dict.fromkeys(req.partitions):
+            topic, partition = tp
+            if topic in subscribed:
+                results.append(PartitionResult(topic, partition, Error.GROUP_SUBSCRIBED_TO_TOPIC))
+            elif tp in group.offsets or pending.get(tp):
+                # an offset still being written is tombstoned too: its record precedes this one
+                records.append(offset_record(group.group_id, topic, partition, None))
+                written.append(tp)
+            else:
+                results.append(PartitionResult(topic, partition, Error.NONE))  # nothing to delete
+        if not records:
+            out.reply(handle, OffsetCommitResponse(tuple(results)))
+            return out
+        for tp in written:
+            pending[tp] = pending.get(tp, 0) + 1
+        out.writes.append(
+            Write(
+                records,
+                OffsetsDone(group.group_id, handle, tuple(results), tuple(written), tuple(records)),
+            )
+        )
+        return out
 
     # ==== retention (protocol.md §8.4) ==========================================================
 

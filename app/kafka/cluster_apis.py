@@ -1,7 +1,7 @@
 """Cluster and data-plane APIs of a node that coordinates groups but stores no messages.
 
-Metadata and FindCoordinator describe this node; ListOffsets, Fetch and Produce exist only
-because real clients refuse to consume without them (see clients.md §2): partitions
+Metadata, DescribeCluster and FindCoordinator describe this node; ListOffsets, Fetch and Produce
+exist only because real clients refuse to consume without them (see clients.md §2): partitions
 are always empty, fetches long-poll and return nothing, produces are refused.
 """
 
@@ -26,6 +26,7 @@ FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 METADATA: Final = 3
 FIND_COORDINATOR: Final = 10
+DESCRIBE_CLUSTER: Final = 60
 
 # Upper bound on how long a Fetch is held, whatever the client asks (kafkajs asks 5 s).
 FETCH_MAX_WAIT_CAP_MS: Final = 30_000
@@ -138,6 +139,79 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
         ),
         error_code=Error.NONE,
     )
+
+
+# --- DescribeCluster (60) -------------------------------------------------------------------
+
+ENDPOINT_BROKERS: Final = 1  # KIP-919: 1 = brokers, 2 = controllers
+ENDPOINT_CONTROLLERS: Final = 2
+
+
+def _describe_cluster_error(ctx: RequestContext, error: Error, message: str | None) -> Any:
+    return build(
+        response_class(DESCRIBE_CLUSTER, ctx.api_version),
+        error_code=error,
+        error_message=message,
+        endpoint_type=ENDPOINT_BROKERS,
+        cluster_id="",
+        controller_id=-1,
+        brokers=[],
+        cluster_authorized_operations=INT32_MIN,
+    )
+
+
+def handle_describe_cluster(ctx: RequestContext, req: Any) -> HandlerResult:
+    """Kafka's handleDescribeCluster on a broker endpoint: the live nodes at the addresses of
+    the listener the request came in on, the cluster id and the controller id; a request for
+    controllers (KIP-919, v1+) is refused with MISMATCHED_ENDPOINT_TYPE, an unknown endpoint
+    type with UNSUPPORTED_ENDPOINT_TYPE (INVALID_REQUEST at v0, as Kafka)."""
+    version = ctx.api_version
+    endpoint = int(getattr(req, "endpoint_type", ENDPOINT_BROKERS))
+    if endpoint not in (ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS):
+        error = Error.UNSUPPORTED_ENDPOINT_TYPE if version >= 1 else Error.INVALID_REQUEST
+        return _describe_cluster_error(ctx, error, f"Unsupported endpoint type {endpoint}")
+    if endpoint != ENDPOINT_BROKERS:
+        error = Error.MISMATCHED_ENDPOINT_TYPE if version >= 1 else Error.INVALID_REQUEST
+        return _describe_cluster_error(
+            ctx,
+            error,
+            "The request was sent to an endpoint of type BROKER, "
+            "but we wanted an endpoint of type CONTROLLER",
+        )
+    operations = INT32_MIN  # the schema's default: not asked
+    if _wants(req, "include_cluster_authorized_operations"):
+        # as Kafka: 0 for a principal that may not DESCRIBE the cluster
+        operations = (
+            ctx.operations(ResourceType.CLUSTER, CLUSTER_NAME)
+            if ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+            else 0
+        )
+    view = ctx.service.cluster()
+    return build(
+        response_class(DESCRIBE_CLUSTER, version),
+        error_code=Error.NONE,
+        error_message=None,
+        endpoint_type=ENDPOINT_BROKERS,
+        cluster_id=view.cluster_id,
+        controller_id=view.controller_id,
+        brokers=[
+            # every listed node is live: none is fenced (v2's include_fenced_brokers adds none)
+            {
+                "broker_id": b.node_id,
+                "host": b.host,
+                "port": b.port,
+                "rack": None,
+                "is_fenced": False,
+            }
+            for b in (broker.on(ctx.listener) for broker in view.brokers)
+            if b is not None  # as Kafka: a node without this listener is not listed
+        ],
+        cluster_authorized_operations=operations,
+    )
+
+
+def describe_cluster_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
+    return _describe_cluster_error(ctx, error, None)
 
 
 # --- FindCoordinator (10) --------------------------------------------------------------------
@@ -344,4 +418,5 @@ APIS: Final = (
     Api(LIST_OFFSETS, "ListOffsets", 1, 11, handle_list_offsets, list_offsets_error),
     Api(METADATA, "Metadata", 0, 13, handle_metadata, None),
     Api(FIND_COORDINATOR, "FindCoordinator", 0, 6, handle_find_coordinator, find_coordinator_error),
+    Api(DESCRIBE_CLUSTER, "DescribeCluster", 0, 2, handle_describe_cluster, describe_cluster_error),
 )

@@ -1,5 +1,5 @@
-"""Offset APIs: OffsetCommit (8) and OffsetFetch (9), every wire version <-> the internal types
-of `app.group.messages`, in the shape of `group_apis.py` (protocol.md §8, §11.3).
+"""Offset APIs: OffsetCommit (8), OffsetFetch (9) and OffsetDelete (47), every wire version <->
+the internal types of `app.group.messages`, in the shape of `group_apis.py` (protocol.md §8, §11.3).
 """
 
 from __future__ import annotations
@@ -10,17 +10,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from app.group.messages import (
+    DeleteGroupResult,
     Error,
     FetchedOffset,
     OffsetCommitPartition,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
     PartitionResult,
 )
 from app.kafka.codec import build, group_by_topic, ms, response_class
 from app.kafka.context import Api, RequestContext
-from app.kafka.group_apis import authorize_group, in_slices, read_or
+from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
 from app.security.acl import AclOperation, ResourceType
 from app.service import CoordinatorError
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 
 OFFSET_COMMIT: Final = 8
 OFFSET_FETCH: Final = 9
+OFFSET_DELETE: Final = 47
 
 
 def is_known_partition(topics: Mapping[str, int], topic: str, partition: int) -> bool:
@@ -300,7 +303,76 @@ def offset_fetch_error(ctx: RequestContext, req: Any, error: Error) -> Any:
     )
 
 
+# --- OffsetDelete (47) ------------------------------------------------------------------------
+
+
+def encode_offset_delete(
+    error: Error, partitions: Sequence[PartitionResult], version: int = 0
+) -> Any:
+    by_topic = group_by_topic((p.topic, p) for p in partitions)
+    return build(
+        response_class(OFFSET_DELETE, version),
+        error_code=error,
+        topics=[
+            {
+                "name": name,
+                "partitions": [
+                    {"partition_index": p.partition, "error_code": p.error} for p in parts
+                ],
+            }
+            for name, parts in by_topic.items()
+        ],
+    )
+
+
+def _delete_results_in_request_order(
+    req: Any, results: Mapping[tuple[str, int], Error]
+) -> list[PartitionResult]:
+    # a partition named twice is answered once
+    keys = dict.fromkeys((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+    return [PartitionResult(t, p, results.get((t, p), Error.UNKNOWN_SERVER_ERROR)) for t, p in keys]
+
+
+async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
+    """Kafka's KafkaApis.handleOffsetDeleteRequest: GROUP DELETE for the request; per topic,
+    READ (else TOPIC_AUTHORIZATION_FAILED) and a known topic and partition (else
+    UNKNOWN_TOPIC_OR_PARTITION); the rest goes to the group's coordinator, whose group-level
+    error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answers the whole request."""
+    authorize_group(ctx, AclOperation.DELETE, req.group_id)
+    require_group_id(req.group_id)
+    topics = ctx.service.cluster().topics
+    results: dict[tuple[str, int], Error] = {}
+    accepted: list[tuple[str, int]] = []
+    for topic in req.topics:
+        readable = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not readable:
+                results[tp] = Error.TOPIC_AUTHORIZATION_FAILED
+            elif not is_known_partition(topics, *tp):
+                results[tp] = Error.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                accepted.append(tp)
+    internal = OffsetDeleteRequest(req.group_id, tuple(dict.fromkeys(accepted)))
+    resp = await ctx.service.schedule_write(
+        "OffsetDelete",
+        internal.group_id,
+        lambda core, h, now: core.delete_offsets(h, internal, now),
+    )
+    if isinstance(resp, DeleteGroupResult):
+        return encode_offset_delete(resp.error, (), ctx.api_version)
+    results.update({(r.topic, r.partition): r.error for r in resp.partitions})
+    return encode_offset_delete(
+        Error.NONE, _delete_results_in_request_order(req, results), ctx.api_version
+    )
+
+
+def offset_delete_error(ctx: RequestContext, req: Any, error: Error) -> Any:
+    return encode_offset_delete(error, (), ctx.api_version)
+
+
 APIS: Final = (
     Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit, offset_commit_error),
     Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch, offset_fetch_error),
+    Api(OFFSET_DELETE, "OffsetDelete", 0, 0, handle_offset_delete, offset_delete_error),
 )

@@ -1,0 +1,240 @@
+"""OffsetDelete (API 47) and DescribeCluster (API 60) on the real node, as Kafka answers them:
+KafkaApis.handleOffsetDeleteRequest / OffsetMetadataManager.deleteOffsets, and
+handleDescribeCluster on a broker endpoint. Raw requests from `tests/support/kafka_client.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.group.messages import Error
+from app.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    all_operations,
+)
+from app.security.sasl import make_credential
+from tests.protocol.groups import committed, join, stable_group
+from tests.protocol.secure_node import SecureNode, secure_node
+from tests.runtime.node_fixture import RunningNode, running_node
+from tests.support.kafka_client import KafkaTestClient
+from tests.support.ports import free_port
+
+OFFSET_DELETE, DESCRIBE_CLUSTER = 47, 60
+INT32_MIN = -(2**31)
+PASSWORD = "pw-for-tests"
+SCRAM = "SCRAM-SHA-256"
+
+
+async def offset_delete(
+    client: KafkaTestClient, group: str, partitions: Sequence[tuple[str, int]]
+) -> Any:
+    by_topic: dict[str, list[dict[str, int]]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append({"partition_index": p})
+    return await client.request(
+        client.build_request(
+            OFFSET_DELETE,
+            0,
+            group_id=group,
+            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        )
+    )
+
+
+def errors(resp: Any) -> dict[tuple[str, int], int]:
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+async def describe_cluster(client: KafkaTestClient, version: int, **fields: Any) -> Any:
+    fields.setdefault("include_cluster_authorized_operations", False)
+    if version >= 2:
+        fields.setdefault("include_fenced_brokers", False)
+    return await client.request(client.build_request(DESCRIBE_CLUSTER, version, **fields))
+
+
+async def commit(
+    client: KafkaTestClient, group: str, offsets: Mapping[tuple[str, int], int]
+) -> None:
+    resp = await client.offset_commit(group, offsets)
+    assert all(e == Error.NONE for e in errors(resp).values()), resp
+
+
+# --- OffsetDelete ------------------------------------------------------------------------------
+
+
+async def test_offset_delete_on_an_empty_group(client: KafkaTestClient) -> None:
+    await commit(client, "od-empty", {("t1", 0): 5, ("t1", 1): 6, ("t6", 2): 7})
+    resp = await offset_delete(client, "od-empty", [("t1", 0), ("t6", 2), ("t6", 3)])
+    assert resp.error_code == Error.NONE
+    # every partition answered, including one without an offset (as Kafka)
+    assert errors(resp) == {("t1", 0): 0, ("t6", 2): 0, ("t6", 3): 0}
+    assert await committed(client, "od-empty", [("t1", 0), ("t1", 1), ("t6", 2)]) == [-1, 6, -1]
+
+
+async def test_offset_delete_unknown_topics_and_partitions(client: KafkaTestClient) -> None:
+    await commit(client, "od-unknown", {("t1", 0): 5})
+    resp = await offset_delete(client, "od-unknown", [("nope", 0), ("t1", 9), ("t1", 0)])
+    assert resp.error_code == Error.NONE
+    assert errors(resp) == {
+        ("nope", 0): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t1", 9): Error.UNKNOWN_TOPIC_OR_PARTITION,
+        ("t1", 0): Error.NONE,
+    }
+
+
+async def test_offset_delete_unknown_group(client: KafkaTestClient) -> None:
+    resp = await offset_delete(client, "od-ghost", [("t1", 0)])
+    assert resp.error_code == Error.GROUP_ID_NOT_FOUND
+    assert list(resp.topics) == []
+    resp = await offset_delete(client, "", [("t1", 0)])
+    assert resp.error_code == Error.INVALID_GROUP_ID
+
+
+async def test_offset_delete_active_consumer_group(client: KafkaTestClient) -> None:
+    # a simple commit first, then one member subscribed to t1 (never to t6) makes it Stable
+    await commit(client, "od-active", {("t1", 0): 5, ("t6", 0): 9})
+    await stable_group(client, "od-active")
+    resp = await offset_delete(client, "od-active", [("t1", 0), ("t6", 0)])
+    assert resp.error_code == Error.NONE
+    assert errors(resp) == {("t1", 0): Error.GROUP_SUBSCRIBED_TO_TOPIC, ("t6", 0): Error.NONE}
+    assert await committed(client, "od-active", [("t1", 0), ("t6", 0)]) == [5, -1]
+
+
+async def test_offset_delete_refuses_a_non_consumer_group_with_members(
+    client: KafkaTestClient,
+) -> None:
+    await commit(client, "od-connect", {("t1", 0): 5})
+    joined = await join(client, "od-connect", protocol_type="connect")
+    assert joined.error_code == Error.NONE
+    resp = await offset_delete(client, "od-connect", [("t1", 0)])
+    assert resp.error_code == Error.NON_EMPTY_GROUP
+    assert await committed(client, "od-connect", [("t1", 0)]) == [5]
+
+
+async def test_offset_delete_is_a_tombstone_that_survives_a_restart(tmp_path: Path) -> None:
+    async with running_node(tmp_path) as n:
+        c = await n.client("od-restart")
+        await commit(c, "od-durable", {("t1", 0): 5, ("t1", 1): 6})
+        await commit(c, "od-gone", {("t6", 0): 1})
+        assert errors(await offset_delete(c, "od-durable", [("t1", 0)])) == {("t1", 0): 0}
+        assert errors(await offset_delete(c, "od-gone", [("t6", 0)])) == {("t6", 0): 0}
+        await c.close()
+    async with running_node(tmp_path) as n:
+        c = await n.client("od-restart")
+        assert await committed(c, "od-durable", [("t1", 0), ("t1", 1)]) == [-1, 6]
+        # a group that only had the deleted offset is gone with it
+        resp = await offset_delete(c, "od-gone", [("t6", 0)])
+        assert resp.error_code == Error.GROUP_ID_NOT_FOUND
+        await c.close()
+
+
+# --- DescribeCluster ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+async def test_describe_cluster_lists_this_node(
+    node: RunningNode, client: KafkaTestClient, version: int
+) -> None:
+    resp = await describe_cluster(client, version)
+    assert resp.error_code == Error.NONE
+    assert [(b.broker_id, b.host, b.port) for b in resp.brokers] == [(1, "127.0.0.1", node.port)]
+    assert resp.controller_id == 1
+    assert resp.cluster_id
+    assert resp.cluster_id == (await client.metadata([], version=12)).cluster_id
+    assert resp.cluster_authorized_operations == INT32_MIN  # not asked
+    if version >= 1:
+        assert resp.endpoint_type == 1
+    if version >= 2:
+        assert [b.is_fenced for b in resp.brokers] == [False]
+    asked = await describe_cluster(client, version, include_cluster_authorized_operations=True)
+    assert asked.cluster_authorized_operations == all_operations(ResourceType.CLUSTER)
+
+
+@pytest.mark.parametrize(("endpoint", "error"), [(2, 114), (0, 115), (7, 115)])
+async def test_describe_cluster_endpoint_types(
+    client: KafkaTestClient, endpoint: int, error: int
+) -> None:
+    resp = await describe_cluster(client, 1, endpoint_type=endpoint)
+    assert resp.error_code == error
+    assert resp.error_message
+    assert list(resp.brokers) == []
+
+
+# --- ACLs --------------------------------------------------------------------------------------
+
+
+def acl(principal: str, op: AclOperation, rtype: ResourceType, name: str) -> AclBinding:
+    return AclBinding(rtype, name, PatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+
+
+@pytest.fixture
+async def secure(tmp_path: Path) -> AsyncIterator[SecureNode]:
+    sasl, plain = free_port(), free_port()
+    async with secure_node(
+        tmp_path,
+        super_users="User:admin",
+        listeners=f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
+        advertised_listeners=(
+            f"SASL_PLAINTEXT://sasl.example:{sasl},PLAINTEXT://plain.example:{plain}"
+        ),
+        topics="t1:3,t2:2",
+    ) as n:
+        await n.log.upsert_scram_credentials(
+            [make_credential(u, SCRAM, PASSWORD) for u in ("admin", "team", "reader", "ops")]
+        )
+        await n.log.create_acls(
+            [
+                acl("User:team", AclOperation.DELETE, ResourceType.GROUP, "od-acl"),
+                acl("User:team", AclOperation.READ, ResourceType.TOPIC, "t1"),
+                acl("User:reader", AclOperation.READ, ResourceType.GROUP, "od-acl"),
+                acl("User:reader", AclOperation.READ, ResourceType.TOPIC, "t1"),
+                acl("User:ops", AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),
+            ]
+        )
+        await n.security.refresh(force=True)
+        yield n
+
+
+async def sasl_client(node: SecureNode, user: str) -> KafkaTestClient:
+    return await KafkaTestClient.connect(
+        "127.0.0.1", node.port_of("SASL_PLAINTEXT"), sasl=(SCRAM, user, PASSWORD)
+    )
+
+
+async def test_offset_delete_needs_group_delete_and_topic_read(secure: SecureNode) -> None:
+    admin, team, reader = [await sasl_client(secure, u) for u in ("admin", "team", "reader")]
+    await commit(admin, "od-acl", {("t1", 0): 1, ("t2", 0): 2})
+    # READ on the group is not enough
+    resp = await offset_delete(reader, "od-acl", [("t1", 0)])
+    assert resp.error_code == Error.GROUP_AUTHORIZATION_FAILED
+    assert list(resp.topics) == []
+    resp = await offset_delete(team, "od-acl", [("t1", 0), ("t2", 0)])
+    assert resp.error_code == Error.NONE
+    assert errors(resp) == {("t1", 0): 0, ("t2", 0): Error.TOPIC_AUTHORIZATION_FAILED}
+    assert await committed(admin, "od-acl", [("t1", 0), ("t2", 0)]) == [-1, 2]
+
+
+async def test_describe_cluster_on_the_listener_asked(secure: SecureNode) -> None:
+    ops, reader = await sasl_client(secure, "ops"), await sasl_client(secure, "reader")
+    resp = await describe_cluster(ops, 1, include_cluster_authorized_operations=True)
+    assert [(b.host, b.port) for b in resp.brokers] == [
+        ("sasl.example", secure.port_of("SASL_PLAINTEXT"))
+    ]
+    assert resp.cluster_authorized_operations == 1 << AclOperation.DESCRIBE
+    # no CLUSTER DESCRIBE: 0, as Kafka; the request itself needs no ACL
+    resp = await describe_cluster(reader, 1, include_cluster_authorized_operations=True)
+    assert resp.error_code == Error.NONE
+    assert resp.cluster_authorized_operations == 0
+    plain = await KafkaTestClient.connect("127.0.0.1", secure.port_of("PLAINTEXT"))
+    resp = await describe_cluster(plain, 0)
+    assert [(b.host, b.port) for b in resp.brokers] == [
+        ("plain.example", secure.port_of("PLAINTEXT"))
+    ]
