@@ -238,3 +238,80 @@ async def test_describe_cluster_on_the_listener_asked(secure: SecureNode) -> Non
     assert [(b.host, b.port) for b in resp.brokers] == [
         ("plain.example", secure.port_of("PLAINTEXT"))
     ]
+
+
+# --- failover ----------------------------------------------------------------------------------
+
+
+async def test_offset_delete_survives_a_failover(tmp_path: Path) -> None:
+    """Two nodes on one database: the group's coordinator deletes an offset and stops; the node
+    that takes its partition over replays the tombstone."""
+    import asyncio
+    from contextlib import AsyncExitStack
+
+    from app.config import Settings
+    from app.kafka.limits import ServerLimits
+    from app.kafka.server import start_kafka_server
+    from app.runtime.node import CoordinatorNode
+    from storage.log import EventLog
+    from storage.migrate import upgrade_async
+    from storage.writer import LogWriter
+    from tests.runtime.node_fixture import sqlite_url
+
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    ports = {1: free_port(), 2: free_port()}
+    async with AsyncExitStack() as stack:
+        nodes: dict[int, CoordinatorNode] = {}
+        for node_id, port in ports.items():
+            settings = Settings(
+                database_url=url,
+                node_id=node_id,
+                kafka_listen=f"127.0.0.1:{port}",
+                log_partitions=4,
+                lease_ttl_ms=1000,
+                topics="t1:3",
+            )
+            event_log = await EventLog.open(url)
+            stack.push_async_callback(event_log.close)
+            writer = LogWriter(event_log, node_id)
+            writer.start()
+            stack.push_async_callback(writer.stop)
+            n = nodes[node_id] = CoordinatorNode(settings, event_log, writer)
+            await n.start()
+            stack.push_async_callback(n.stop)
+            server = await start_kafka_server(
+                n, "127.0.0.1", port, ServerLimits.from_settings(settings)
+            )
+            stack.callback(server.close)
+
+        async def coordinator_of(group: str, via: int) -> int:
+            c = await KafkaTestClient.connect("127.0.0.1", ports[via])
+            try:
+                for _ in range(200):
+                    resp = await c.find_coordinator(group)
+                    if resp.error_code == Error.NONE:
+                        return int(resp.node_id)
+                    await asyncio.sleep(0.05)
+            finally:
+                await c.close()
+            raise AssertionError("no coordinator")
+
+        await asyncio.gather(*(n.wait_loaded() for n in nodes.values()))
+        owner = await coordinator_of("od-failover", 1)
+        c = await KafkaTestClient.connect("127.0.0.1", ports[owner])
+        await commit(c, "od-failover", {("t1", 0): 5, ("t1", 1): 6})
+        assert errors(await offset_delete(c, "od-failover", [("t1", 0)])) == {("t1", 0): 0}
+        await c.close()
+        await nodes[owner].stop()  # hands its leases over
+        survivor = 2 if owner == 1 else 1
+        deadline = asyncio.get_running_loop().time() + 10
+        while await coordinator_of("od-failover", survivor) != survivor:
+            assert asyncio.get_running_loop().time() < deadline, "no takeover"
+            await asyncio.sleep(0.1)
+        c = await KafkaTestClient.connect("127.0.0.1", ports[survivor])
+        while (await c.offset_fetch("od-failover", [("t1", 0)])).groups[0].error_code:
+            assert asyncio.get_running_loop().time() < deadline, "never loaded"
+            await asyncio.sleep(0.1)  # the partition is still loading on the survivor
+        assert await committed(c, "od-failover", [("t1", 0), ("t1", 1)]) == [-1, 6]
+        await c.close()
