@@ -8,7 +8,7 @@ be refused.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +18,10 @@ from app.config import Settings
 from app.kafka.limits import ServerLimits
 from app.kafka.server import KafkaServer, start_kafka_server
 from app.runtime.node import CoordinatorNode
+from app.security.acl import AclBinding
 from app.security.listeners import listeners_of
 from app.security.manager import SecurityManager
+from app.security.sasl import make_credential
 from app.security.tls import listeners_context
 from storage.log import EventLog
 from storage.migrate import upgrade_async
@@ -92,3 +94,33 @@ async def secure_node(
         await writer.stop()
         await security.stop()
         await event_log.close()
+
+
+@asynccontextmanager
+async def sasl_node(
+    tmp_path: Path,
+    users: Sequence[str],
+    acls: Sequence[AclBinding],
+    *,
+    password: str,
+    mechanism: str = "SCRAM-SHA-256",
+    topics: str = "t1:3,t2:2",
+) -> AsyncIterator[SecureNode]:
+    """A node with a SASL_PLAINTEXT listener (advertised as sasl.example) and a PLAINTEXT one
+    (plain.example), super user User:admin, `users` sharing `password`, and `acls`."""
+    sasl, plain = free_port(), free_port()
+    async with secure_node(
+        tmp_path,
+        super_users="User:admin",
+        listeners=f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
+        advertised_listeners=(
+            f"SASL_PLAINTEXT://sasl.example:{sasl},PLAINTEXT://plain.example:{plain}"
+        ),
+        topics=topics,
+    ) as n:
+        await n.log.upsert_scram_credentials(
+            [make_credential(u, mechanism, password) for u in users]
+        )
+        await n.log.create_acls(acls)
+        await n.security.refresh(force=True)
+        yield n

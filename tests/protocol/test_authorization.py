@@ -20,10 +20,8 @@ from app.security.acl import (
     PatternType,
     ResourceType,
 )
-from app.security.sasl import make_credential
-from tests.protocol.secure_node import SecureNode, secure_node
+from tests.protocol.secure_node import SecureNode, sasl_node
 from tests.support.kafka_client import KafkaTestClient
-from tests.support.ports import free_port
 
 PASSWORD = "pw-for-tests"
 SCRAM = "SCRAM-SHA-256"
@@ -44,49 +42,38 @@ def acl(
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[SecureNode]:
-    sasl, plain = free_port(), free_port()
-    async with secure_node(
+    async with sasl_node(
         tmp_path,
-        super_users="User:admin",
-        listeners=f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
-        advertised_listeners=(
-            f"SASL_PLAINTEXT://sasl.example:{sasl},PLAINTEXT://plain.example:{plain}"
-        ),
-        topics="t1:3,t2:2",
+        ("admin", "team", "other", "ops"),
+        [
+            acl(
+                "User:team",
+                AclOperation.READ,
+                ResourceType.GROUP,
+                "team-",
+                PatternType.PREFIXED,
+            ),
+            acl(
+                "User:team",
+                AclOperation.DELETE,
+                ResourceType.GROUP,
+                "team-",
+                PatternType.PREFIXED,
+            ),
+            acl("User:team", AclOperation.READ, ResourceType.TOPIC, "t1"),
+            # DENY wins over the prefixed ALLOW
+            acl(
+                "User:team",
+                AclOperation.ALL,
+                ResourceType.GROUP,
+                "team-secret",
+                permission=AclPermissionType.DENY,
+            ),
+            acl("User:ops", AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),
+            acl("User:ops", AclOperation.DESCRIBE, ResourceType.GROUP, "*"),
+        ],
+        password=PASSWORD,
     ) as n:
-        await n.log.upsert_scram_credentials(
-            [make_credential(u, SCRAM, PASSWORD) for u in ("admin", "team", "other", "ops")]
-        )
-        await n.log.create_acls(
-            [
-                acl(
-                    "User:team",
-                    AclOperation.READ,
-                    ResourceType.GROUP,
-                    "team-",
-                    PatternType.PREFIXED,
-                ),
-                acl(
-                    "User:team",
-                    AclOperation.DELETE,
-                    ResourceType.GROUP,
-                    "team-",
-                    PatternType.PREFIXED,
-                ),
-                acl("User:team", AclOperation.READ, ResourceType.TOPIC, "t1"),
-                # DENY wins over the prefixed ALLOW
-                acl(
-                    "User:team",
-                    AclOperation.ALL,
-                    ResourceType.GROUP,
-                    "team-secret",
-                    permission=AclPermissionType.DENY,
-                ),
-                acl("User:ops", AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),
-                acl("User:ops", AclOperation.DESCRIBE, ResourceType.GROUP, "*"),
-            ]
-        )
-        await n.security.refresh(force=True)
         yield n
 
 

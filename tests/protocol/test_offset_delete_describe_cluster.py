@@ -20,9 +20,8 @@ from app.security.acl import (
     ResourceType,
     all_operations,
 )
-from app.security.sasl import make_credential
 from tests.protocol.groups import committed, join, stable_group
-from tests.protocol.secure_node import SecureNode, secure_node
+from tests.protocol.secure_node import SecureNode, sasl_node
 from tests.runtime.node_fixture import RunningNode, running_node
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.ports import free_port
@@ -177,29 +176,18 @@ def acl(principal: str, op: AclOperation, rtype: ResourceType, name: str) -> Acl
 
 @pytest.fixture
 async def secure(tmp_path: Path) -> AsyncIterator[SecureNode]:
-    sasl, plain = free_port(), free_port()
-    async with secure_node(
+    async with sasl_node(
         tmp_path,
-        super_users="User:admin",
-        listeners=f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
-        advertised_listeners=(
-            f"SASL_PLAINTEXT://sasl.example:{sasl},PLAINTEXT://plain.example:{plain}"
-        ),
-        topics="t1:3,t2:2",
+        ("admin", "team", "reader", "ops"),
+        [
+            acl("User:team", AclOperation.DELETE, ResourceType.GROUP, "od-acl"),
+            acl("User:team", AclOperation.READ, ResourceType.TOPIC, "t1"),
+            acl("User:reader", AclOperation.READ, ResourceType.GROUP, "od-acl"),
+            acl("User:reader", AclOperation.READ, ResourceType.TOPIC, "t1"),
+            acl("User:ops", AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),
+        ],
+        password=PASSWORD,
     ) as n:
-        await n.log.upsert_scram_credentials(
-            [make_credential(u, SCRAM, PASSWORD) for u in ("admin", "team", "reader", "ops")]
-        )
-        await n.log.create_acls(
-            [
-                acl("User:team", AclOperation.DELETE, ResourceType.GROUP, "od-acl"),
-                acl("User:team", AclOperation.READ, ResourceType.TOPIC, "t1"),
-                acl("User:reader", AclOperation.READ, ResourceType.GROUP, "od-acl"),
-                acl("User:reader", AclOperation.READ, ResourceType.TOPIC, "t1"),
-                acl("User:ops", AclOperation.DESCRIBE, ResourceType.CLUSTER, "kafka-cluster"),
-            ]
-        )
-        await n.security.refresh(force=True)
         yield n
 
 

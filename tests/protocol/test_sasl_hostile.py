@@ -226,3 +226,16 @@ async def test_plaintext_spoken_to_the_tls_listener_closes_only_that_connection(
     )
     assert [t.name for t in (await tls.metadata(None)).topics] == ["t1"]
     await tls.close()
+
+
+async def test_a_connection_that_never_authenticates_is_closed(tmp_path: Path) -> None:
+    """A SASL exchange must finish within COORD_FRAME_DEADLINE_MS: a client that connects and
+    says nothing does not hold its connection slot for ever."""
+    async with secure_node(
+        tmp_path,
+        listeners=f"SASL_PLAINTEXT://127.0.0.1:{free_port()}",
+        frame_deadline_ms=500,
+    ) as n:
+        silent = await connect(n)
+        await silent.wait_closed(5)  # the deadline sweep runs once a second
+        assert silent.is_closed
