@@ -118,7 +118,8 @@ def describe_group(groups: Mapping[str, Group], group_id: str) -> DescribedGroup
             m.client_id,
             m.client_host,
             m.metadata(proto) if stable else b"",
-            m.assignment if stable else b"",
+            # Kafka's describeNoMetadata keeps the assignment the member holds
+            m.assignment,
         )
         for m in group.members.values()
     )

@@ -29,6 +29,7 @@ from app.group.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from app.group.state import GroupState
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -308,6 +309,13 @@ def leave_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 # --- DescribeGroups (15) ---------------------------------------------------------------------
 
 
+def _describe_error(g: DescribedGroup, version: int) -> tuple[Error, str | None]:
+    # v6 (KIP-1043) names a group that does not exist; before, it is a Dead group with no error
+    if version >= 6 and g.error == Error.NONE and g.state == GroupState.DEAD.value:
+        return Error.GROUP_ID_NOT_FOUND, f"Group {g.group_id} not found."
+    return g.error, None
+
+
 def encode_describe_groups(
     groups: Sequence[DescribedGroup],
     version: int,
@@ -317,7 +325,8 @@ def encode_describe_groups(
         response_class(DESCRIBE_GROUPS, version),
         groups=[
             {
-                "error_code": g.error,
+                "error_code": _describe_error(g, version)[0],
+                "error_message": _describe_error(g, version)[1],
                 "group_id": g.group_id,
                 "group_state": g.state,
                 "protocol_type": g.protocol_type,
@@ -457,7 +466,7 @@ APIS: Final = (
     Api(HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat, heartbeat_error),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),
     Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group, sync_group_error),
-    Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 5, handle_describe_groups, describe_groups_error),
+    Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, handle_describe_groups, describe_groups_error),
     Api(LIST_GROUPS, "ListGroups", 0, 5, handle_list_groups, list_groups_error),
     Api(DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups, delete_groups_error),
 )

@@ -52,7 +52,7 @@ EXPECTED_RANGES = {
     "OffsetCommit": (2, 9),
     "OffsetFetch": (1, 9),
     "OffsetDelete": (0, 0),
-    "DescribeGroups": (0, 5),
+    "DescribeGroups": (0, 6),
     "ListGroups": (0, 5),
     "DeleteGroups": (0, 2),
     "ListOffsets": (1, 11),

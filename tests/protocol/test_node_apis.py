@@ -83,7 +83,7 @@ VERSION_SETS = [
 
 def test_lowest_and_highest_are_the_advertised_edges() -> None:
     assert (LOWEST.join, LOWEST.commit, LOWEST.fetch) == (0, 2, 1)
-    assert (HIGHEST.join, HIGHEST.sync, HIGHEST.commit, HIGHEST.describe) == (9, 5, 9, 5)
+    assert (HIGHEST.join, HIGHEST.sync, HIGHEST.commit, HIGHEST.describe) == (9, 5, 9, 6)
 
 
 # --- a group's whole life --------------------------------------------------------------------
@@ -457,6 +457,20 @@ async def test_leave_group_unknown_group(client: KafkaTestClient) -> None:
     resp = await client.leave_group("ghost", members=[("m", None)], version=5)
     assert resp.error_code == Error.NONE
     assert [m.error_code for m in resp.members] == [Error.UNKNOWN_MEMBER_ID]
+
+
+@pytest.mark.parametrize(
+    ("version", "error", "message"),
+    [(5, Error.NONE, None), (6, Error.GROUP_ID_NOT_FOUND, "Group ghost not found.")],
+)
+async def test_describe_unknown_group_by_version(
+    client: KafkaTestClient, version: int, error: Error, message: str | None
+) -> None:
+    """protocol.md §9.1: Dead with no error before v6, GROUP_ID_NOT_FOUND from v6 (KIP-1043)."""
+    resp = await client.request(client.build_request(15, version, groups=["ghost"]))
+    (group,) = resp.groups
+    assert (group.error_code, group.group_state) == (error, "Dead")
+    assert getattr(group, "error_message", None) == message
 
 
 # --- OffsetCommit ----------------------------------------------------------------------------

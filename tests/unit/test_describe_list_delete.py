@@ -35,7 +35,7 @@ def test_describe_stable_group_shows_protocol_metadata_and_assignments() -> None
     )
 
 
-def test_describe_rebalancing_group_hides_protocol_metadata_and_assignments() -> None:
+def test_describe_rebalancing_group_hides_metadata_and_keeps_assignments() -> None:
     ctx = Context()
     sg = ctx.stable_group(2)
     ctx.join(member_id=sg.leader)
@@ -44,7 +44,9 @@ def test_describe_rebalancing_group_hides_protocol_metadata_and_assignments() ->
     assert d.protocol_type == "consumer"
     assert d.protocol_data == ""
     assert [m.member_id for m in d.members] == sg.member_ids
-    assert all(m.metadata == b"" and m.assignment == b"" for m in d.members)
+    assert all(m.metadata == b"" for m in d.members)
+    # Apache Kafka's describeNoMetadata: the assignment a member holds until its next SyncGroup
+    assert [m.assignment for m in d.members] == [b"assign-0", b"assign-1"]
 
 
 def test_describe_completing_rebalance_group_hides_metadata() -> None:
