@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# what the suite needs beyond .venv (PostgreSQL's server binaries; see scripts/deps.sh)
+# what the suite needs beyond .venv: PostgreSQL's binaries, Java + Maven, Node + npm, and the
+# Kafka clients, broker and kafkajs the tests drive (scripts/deps.sh)
 deps:
 	bash scripts/deps.sh
 

@@ -6,6 +6,11 @@
 #   PostgreSQL server binaries (Debian's `postgresql`): the storage suite, the node tests, the
 #   chaos suite and the benchmarks start private clusters of their own (initdb into a temp dir,
 #   a free port on 127.0.0.1); no server is started or configured system-wide.
+#   Java 17 + Maven and Node.js + npm (Debian's packages when missing), then the clients the
+#   suite drives, into ignored folders: Apache Kafka's consumer and kafka-consumer-groups
+#   (tests/java), Apache Kafka's broker for the differential suite (tests/broker), kafkajs
+#   (tests/js, from its lock file). `python -m tests.support.fetch_deps` does that part; each
+#   step does nothing when its folder is newer than the files that pin it.
 set -euo pipefail
 
 say() { printf '[deps] %s\n' "$*"; }
@@ -62,4 +67,25 @@ postgresql() {
     say "PostgreSQL: $(pg_bin)"
 }
 
+toolchains() {
+    local missing=()
+    command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "installing ${missing[*]} (the Java and kafkajs client tests)"
+        apt_install "${missing[@]}"
+    fi
+    say "Java: $(java -version 2>&1 | head -1); $(mvn -B -v 2>/dev/null | head -1); Node $(node --version)"
+}
+
+client_deps() {
+    local py="${VENV:-.venv}/bin/python"
+    if [ ! -x "$py" ]; then py=python3; fi
+    "$py" -m tests.support.fetch_deps
+}
+
 postgresql
+toolchains
+client_deps

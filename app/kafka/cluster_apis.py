@@ -274,10 +274,14 @@ def find_coordinator_error(ctx: RequestContext, req: Any, error: Error) -> Handl
 # --- ListOffsets (2) -------------------------------------------------------------------------
 
 
+# ListOffsets' special timestamps: LATEST (-1), EARLIEST (-2), EARLIEST_LOCAL (-4)
+_EMPTY_LOG_AT_ZERO: Final = frozenset({-1, -2, -4})
+
+
 def _list_offsets(ctx: RequestContext, req: Any, error: Error | None) -> HandlerResult:
     topics: Mapping[str, int] = {} if error is not None else ctx.service.cluster().topics
 
-    def partition(name: str, index: int) -> dict[str, Any]:
+    def partition(name: str, index: int, timestamp: int) -> dict[str, Any]:
         err = error
         if err is None:
             if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
@@ -286,12 +290,15 @@ def _list_offsets(ctx: RequestContext, req: Any, error: Error | None) -> Handler
                 err = Error.NONE
             else:
                 err = Error.UNKNOWN_TOPIC_OR_PARTITION
-        # every log is empty: earliest = latest = 0, no timestamp, no epoch
+        # every log is empty, as Apache Kafka answers for one: earliest, latest and earliest-local
+        # are offset 0; a timestamp, max-timestamp and latest-tiered find no record (-1). No epoch:
+        # Metadata reports none either, so clients skip KIP-320's validation
+        found = err == Error.NONE and timestamp in _EMPTY_LOG_AT_ZERO
         return {
             "partition_index": index,
             "error_code": err,
             "timestamp": -1,
-            "offset": 0 if err == Error.NONE else -1,
+            "offset": 0 if found else -1,
             "leader_epoch": -1,
         }
 
@@ -300,7 +307,9 @@ def _list_offsets(ctx: RequestContext, req: Any, error: Error | None) -> Handler
         topics=[
             {
                 "name": t.name,
-                "partitions": [partition(t.name, p.partition_index) for p in t.partitions],
+                "partitions": [
+                    partition(t.name, p.partition_index, p.timestamp) for p in t.partitions
+                ],
             }
             for t in req.topics
         ],
