@@ -64,8 +64,6 @@ COMMANDS: list[tuple[list[str], str | None]] = [
 ]  # fmt: skip
 
 
-
-
 class Shape:
     """The groups both clusters get: STABLE with a static member A (partitions 0-1) and a dynamic
     member B (2-3), A committed 0:5 and 1:6, B committed 2:7; EMPTY with offsets 3 on every
@@ -183,5 +181,3 @@ async def test_same_output_as_against_apache_kafka(java_build: None, shapes: lis
 def _bootstrap(target: Target) -> str:
     host, port = target.address
     return f"{host}:{port}"
-
-
