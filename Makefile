@@ -26,7 +26,7 @@ run: install
 migrate: install
 	$(VENV)/bin/coordinator migrate
 
-LINTED := app storage api pipeline cli bench tests
+LINTED := app storage api pipeline cli bench tests membership examples
 
 lint: install
 	$(VENV)/bin/ruff check $(LINTED)
