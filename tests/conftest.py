@@ -5,6 +5,10 @@ else a private cluster started on first use (initdb into a temp dir, a free port
 trust auth) and stopped when the run ends. Tests create and drop their own databases on it.
 Nothing is skipped without it: missing binaries or an unreachable server fail the test loudly
 (`make deps` installs the binaries; `make test` runs it first).
+
+`apache_kafka_broker` is Apache Kafka 4.0's own broker (tests/support/kafka_broker.py), started
+once per run on first use, its group coordinator warmed up, with DIFF_TOPIC created: the oracle
+of the differential suite and the second server of the SDK's tests.
 """
 
 from __future__ import annotations
@@ -14,6 +18,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.kafka_broker import (
+    DIFF_TOPIC,
+    DIFF_TOPIC_PARTITIONS,
+    BrokerUnavailable,
+    KafkaBroker,
+    wait_for_coordinator,
+)
 from tests.support.postgres import PrivatePostgres, check_reachable
 
 
@@ -35,3 +46,19 @@ def pg_admin_dsn() -> Iterator[str]:
         yield pg.dsn("postgres")
     finally:
         pg.cleanup()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("apache-kafka"), initial_rebalance_delay_ms=300)
+    try:
+        broker.start()
+        broker.create_topic(DIFF_TOPIC, DIFF_TOPIC_PARTITIONS)
+        wait_for_coordinator(broker.address)
+    except BrokerUnavailable as e:
+        broker.stop()
+        pytest.fail(f"Apache Kafka's broker is needed here: {e}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -20,10 +20,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tests.support.consumer_bytes import assignment, subscription
+from tests.support.kafka_broker import DIFF_TOPIC, DIFF_TOPIC_PARTITIONS
 from tests.support.kafka_client import KafkaTestClient
 
-TOPIC = "diff-topic"
-PARTITIONS = 4
+TOPIC = DIFF_TOPIC
+PARTITIONS = DIFF_TOPIC_PARTITIONS
 CLIENT_ID = "diff-client"
 SUB = subscription([TOPIC])
 PROTOCOLS = (("range", SUB), ("roundrobin", SUB))

@@ -23,7 +23,7 @@ from tests.integration.conftest import COORD_ENV
 from tests.java_support import JavaConsumerProcess, java_build, java_consumer  # noqa: F401
 from tests.support.consumers import PARTITIONS, TOPIC, Consumers
 from tests.support.eventlog import GroupRecord, group_records
-from tests.support.nodes import CoordinatorProcess
+from tests.support.nodes import CoordinatorProcess, postgres_nodes
 
 pytestmark = [pytest.mark.integration]
 
@@ -257,39 +257,9 @@ def test_cooperative_sticky_third_member_moves_only_what_it_must(env: Consumers)
 @pytest.fixture
 def pg_nodes(pg_admin_dsn: str, tmp_path: Path) -> Iterator[list[CoordinatorProcess]]:
     """Two nodes on a fresh PostgreSQL database (short leases: a takeover within seconds)."""
-    import asyncio
-    import uuid
-
-    import asyncpg
-
-    from storage.migrate import upgrade_async
-
-    name = f"java_{uuid.uuid4().hex[:10]}"
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(pg_admin_dsn, timeout=10)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    url = f"{pg_admin_dsn.rsplit('/', 1)[0]}/{name}".replace(
-        "postgresql://", "postgresql+asyncpg://"
-    )
-    asyncio.run(upgrade_async(url))
-    node_env = {**COORD_ENV, "COORD_LEASE_TTL_MS": "3000"}
-    nodes = [CoordinatorProcess(url, tmp_path, dict(node_env), node_id=i) for i in (1, 2)]
-    try:
-        for n in nodes:
-            n.start(wait_ready=False)
-        for n in nodes:
-            n.wait_ready(60)
+    env = {**COORD_ENV, "COORD_LEASE_TTL_MS": "3000"}
+    with postgres_nodes(pg_admin_dsn, tmp_path, env, prefix="java") as nodes:
         yield nodes
-    finally:
-        for n in nodes:
-            n.kill()
-        asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
 
 
 def test_static_group_survives_coordinator_failover_on_postgres(

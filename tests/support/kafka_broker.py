@@ -33,6 +33,8 @@ BROKER_DIR = ROOT / "tests" / "broker"
 LIB = BROKER_DIR / "target" / "lib"
 STAMP = LIB / ".complete"
 KAFKA_VERSION = "4.0.0"
+DIFF_TOPIC = "diff-topic"  # the topic both sides of the differential suite know
+DIFF_TOPIC_PARTITIONS = 4
 JVM_OPTS = ["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"]
 
 _lock = threading.Lock()
@@ -222,3 +224,29 @@ def port_open(address: tuple[str, int]) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(address, timeout=1):
         return True
     return False
+
+
+def wait_for_coordinator(address: tuple[str, int], timeout: float = 60.0) -> None:
+    """FindCoordinator until it answers without error (Apache Kafka creates __consumer_offsets on
+    the first one and answers NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until it is led), then
+    one group formed and left: that warms the JVM up (a cold broker took the first join of the
+    first scenario so late that the second member was made leader)."""
+    import asyncio
+
+    from tests.support.kafka_client import KafkaTestClient
+
+    async def warm_up() -> None:
+        c = await KafkaTestClient.connect(*address)
+        try:
+            deadline = time.monotonic() + timeout
+            while (reply := await c.find_coordinator("warm-up", version=3)).error_code != 0:
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailable(f"FindCoordinator still answers {reply.error_code!r}")
+                await asyncio.sleep(0.2)
+            joined = await c.join_group("warm-up", version=3)
+            await c.sync_group("warm-up", joined.generation_id, joined.member_id, version=3)
+            await c.leave_group("warm-up", joined.member_id, version=3)
+        finally:
+            await c.close()
+
+    asyncio.run(warm_up())

@@ -215,3 +215,43 @@ class CoordinatorProcess:
     def log_text(self) -> str:
         """Every start's log, whole."""
         return "".join(p.read_text(errors="replace") for p in self.log_paths if p.exists())
+
+
+@contextlib.contextmanager
+def postgres_nodes(
+    pg_admin_dsn: str, workdir: Path, env: dict[str, str], count: int = 2, prefix: str = "nodes"
+) -> Any:
+    """`count` nodes (ids 1..count) on a fresh PostgreSQL database, migrated; every node is
+    killed and the database dropped at exit."""
+    import asyncio
+    import uuid
+
+    import asyncpg
+
+    from storage.migrate import upgrade_async
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(pg_admin_dsn, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    url = f"{pg_admin_dsn.rsplit('/', 1)[0]}/{name}".replace(
+        "postgresql://", "postgresql+asyncpg://"
+    )
+    asyncio.run(upgrade_async(url))
+    nodes = [CoordinatorProcess(url, workdir, dict(env), node_id=i) for i in range(1, count + 1)]
+    try:
+        for n in nodes:
+            n.start(wait_ready=False)
+        for n in nodes:
+            n.wait_ready(60)
+        yield nodes
+    finally:
+        for n in nodes:
+            n.kill()
+        asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
