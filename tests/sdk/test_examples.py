@@ -1,0 +1,78 @@
+"""examples/ against a real node, as a newcomer runs them after `make run`; and the blocking
+wrapper from plain threaded code."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from membership import Blocking, LeaderElection
+from tests.support.nodes import ROOT, CoordinatorProcess
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CoordinatorProcess]:
+    workdir = tmp_path_factory.mktemp("examples")
+    n = CoordinatorProcess(
+        f"sqlite+aiosqlite:///{workdir}/c.db", workdir, {"COORD_INITIAL_REBALANCE_DELAY_MS": "300"}
+    )
+    n.start()
+    try:
+        yield n
+    finally:
+        n.kill()
+
+
+def run_example(name: str, node: CoordinatorProcess, seconds: float) -> str:
+    r = subprocess.run(
+        [sys.executable, f"examples/{name}.py", "--bootstrap", node.bootstrap,
+         "--seconds", str(seconds)],
+        cwd=ROOT, capture_output=True, text=True, timeout=seconds + 30,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r.stdout
+
+
+def test_work_distribution_example_splits_the_jobs(node: CoordinatorProcess) -> None:
+    out = run_example("work_distribution", node, 6)
+    shares: dict[str, set[str]] = {}
+    for worker, jobs in re.findall(r"^\[(worker-\w)\] generation \d+: (job-.*)$", out, re.M):
+        shares[worker] = set(jobs.split(", "))
+    assert sorted(shares) == ["worker-a", "worker-b", "worker-c"], out
+    assert set().union(*shares.values()) == {f"job-{n:02d}" for n in range(12)}
+    assert [len(s) for s in shares.values()] == [4, 4, 4]
+
+
+def test_leader_election_example_hands_over_with_higher_tokens(node: CoordinatorProcess) -> None:
+    out = run_example("leader_election", node, 12)
+    elected = [
+        (who, int(t))
+        for who, t in re.findall(r"^\[(node-\w)\] elected, fencing token (\d+)$", out, re.M)
+    ]  # noqa: E501
+    assert len(elected) >= 2, out
+    tokens = [t for _, t in elected]
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    assert len({who for who, _ in elected}) == len(elected)  # each hand-over to another node
+    # a leader only writes with its own token
+    for who, token in re.findall(r"^\[(node-\w)\] leading: write with token (\d+)$", out, re.M):
+        assert (who, int(token)) in elected
+
+
+def test_blocking_wrapper_from_threaded_code(node: CoordinatorProcess, tmp_path: Path) -> None:
+    election = Blocking(
+        lambda: LeaderElection(node.bootstrap, "blocking-election", group_instance_id="solo")
+    )
+    with election:
+        token = election.run(election.obj.wait_elected(30))
+        assert token >= 1 and election.obj.is_leader and election.obj.fencing_token == token
+        group = node.get("/groups/blocking-election")
+        assert group["state"] == "Stable" and group["generation"] == token
+    # a static member closing does not leave: the group keeps it until its session expires
+    assert node.get("/groups/blocking-election")["members"]
