@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from membership.wire import Connection, ConnectionLost, UnsupportedVersion
+from membership.wire import AuthenticationFailed, Connection, ConnectionLost, UnsupportedVersion
 
 log = logging.getLogger("membership")
 
@@ -344,8 +344,11 @@ class GroupMember:
                 continue
             finally:
                 await conn.close()
-            if reply.error_code != NONE:
-                last = _CoordinatorGone(f"FindCoordinator: error {int(reply.error_code)}")
+            err = int(reply.error_code)
+            if err in FATAL_ERRORS:
+                raise MembershipError(f"FindCoordinator: {FATAL_ERRORS[err]} (error {err})", err)
+            if err != NONE:
+                last = _CoordinatorGone(f"FindCoordinator: error {err}")
                 continue
             address = (reply.host, int(reply.port))
             if address != self._coordinator_address and self._coordinator_address is not None:
@@ -362,6 +365,8 @@ class GroupMember:
             )
         except UnsupportedVersion as e:
             raise MembershipError(str(e)) from e
+        except AuthenticationFailed as e:
+            raise MembershipError(f"authentication failed: {e}") from e
 
     # --- join and sync -----------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def test_leader_election_example_hands_over_with_higher_tokens(node: Coordinator
     elected = [
         (who, int(t))
         for who, t in re.findall(r"^\[(node-\w)\] elected, fencing token (\d+)$", out, re.M)
-    ]  # noqa: E501
+    ]
     assert len(elected) >= 2, out
     tokens = [t for _, t in elected]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)

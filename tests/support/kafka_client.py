@@ -11,16 +11,18 @@ convenience wrappers build the right kio class for `version=` from plain argumen
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from app.kafka.codec import build
+
+# the SDK's wire helpers, shared: frames and SASL tokens are built one way in this repository
+from membership.wire import encode_request, sasl_client_tokens
 
 _SIZE = struct.Struct(">i")
 
@@ -31,56 +33,6 @@ class ConnectionClosed(ConnectionError):
 
 class AuthenticationError(Exception):
     pass
-
-
-class SaslStep:
-    """One client token, and what to do with the server's answer to it."""
-
-    def __init__(self, send: bytes, received: Any = None) -> None:
-        self.send = send
-        self._received = received
-
-    def received(self, data: bytes) -> None:
-        if self._received is not None:
-            self._received(data)
-
-
-def sasl_client_tokens(mechanism: str, user: str, password: str) -> Any:
-    """The client's side of PLAIN or SCRAM (scramp's client), one SaslStep at a time."""
-    if mechanism == "PLAIN":
-        yield SaslStep(b"\0" + user.encode() + b"\0" + password.encode())
-        return
-    from scramp import ScramClient
-
-    scram = ScramClient([mechanism], user, password)
-    yield SaslStep(
-        scram.get_client_first().encode(),
-        lambda data: scram.set_server_first(data.decode()),
-    )
-    yield SaslStep(
-        scram.get_client_final().encode(),
-        lambda data: scram.set_server_final(data.decode()),
-    )
-
-
-def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:
-    """Size-prefixed frame: request header (v1/v2 per the kio class) + body."""
-    header_cls = request.__header_schema__
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    entity_writer(header_cls)(
-        buf,
-        header_cls(
-            request_api_key=request.__api_key__,
-            request_api_version=request.__version__,
-            correlation_id=correlation_id,
-            client_id=client_id,
-        ),
-    )
-    entity_writer(type(request))(buf, request)
-    data = bytearray(buf.getvalue())
-    _SIZE.pack_into(data, 0, len(data) - 4)
-    return bytes(data)
 
 
 class _ClientProtocol(asyncio.Protocol):
