@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api import ui
 from api.deps import MUTATIONS
 from api.routers import acls, cluster, groups, topics, users
 from app.admin import AdminError, AdminService, Elsewhere
@@ -49,6 +50,9 @@ def create_app(
     app.include_router(topics.router)
     app.include_router(acls.router)
     app.include_router(users.router)
+    app.include_router(ui.router)
+    app.mount("/ui/static", ui.static, name="ui-static")
+    app.state.ui_sessions = {}
 
     @app.exception_handler(AdminError)
     async def admin_error(_: Request, exc: AdminError) -> JSONResponse:

@@ -18,6 +18,7 @@ import asyncio
 import base64
 import binascii
 import hmac
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
@@ -34,6 +35,8 @@ from app.security.principal import user
 
 MUTATIONS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TOKEN_PRINCIPAL: Final = "admin-token"
+# the console's session (api/ui): a random id this node maps to the caller who logged in
+SESSION_COOKIE: Final = "coordinator_session"
 ANONYMOUS: Final = "anonymous"  # no token configured, no credentials sent: today's open API
 # one Basic check at a time hashes (PBKDF2): a flood of wrong passwords on the admin port
 # must not take both security threads from the Kafka port's SASL handshakes
@@ -145,7 +148,10 @@ async def authenticate(
     scheme, value = scheme.lower(), value.strip()
     source = client_host(request)
     caller: Caller | None = None
-    if scheme == "basic":
+    session = _session(request) if not scheme else None
+    if session is not None:
+        caller = Caller(session.principal, source, full=session.full)
+    elif scheme == "basic":
         if security is None:
             raise _unauthorized(request, "HTTP Basic is not enabled on this node")
         pair = _basic(value)
@@ -165,6 +171,21 @@ async def authenticate(
     else:
         caller = Caller(ANONYMOUS, source, full=True)
     request.state.caller = caller
+    return caller
+
+
+def _session(request: Request) -> Caller | None:
+    """The console session named by the request's cookie, while it lasts."""
+    sid = request.cookies.get(SESSION_COOKIE)
+    sessions: dict[str, tuple[Caller, float]] | None = getattr(
+        request.app.state, "ui_sessions", None
+    )
+    if not sid or sessions is None or sid not in sessions:
+        return None
+    caller, expires = sessions[sid]
+    if expires < time.monotonic():
+        del sessions[sid]
+        return None
     return caller
 
 

@@ -25,8 +25,10 @@ from app.group.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
 )
+from app.group.records import RecordType, decode_group_value, group_key
 from app.group.results import Result
 from app.group.state import GroupState
+from app.group.timeline import TimelineMark, timeline
 from app.group.view import GroupView, OffsetView
 from app.runtime.node import CoordinatorNode
 from app.runtime.placement import partition_for
@@ -192,6 +194,10 @@ class AdminService:
             "state": g.state.value,
             "generation": g.generation,
             "registered_static_members": list(g.registered_static_members),
+            "registered_ms": g.registered_ms if g.registered_static_members else None,
+            "registration_deadline_ms": (
+                g.registration_deadline_ms if g.registration_deadline_ms >= 0 else None
+            ),
             "rebalance_reason": g.rebalance_reason,
             "protocol_type": g.protocol_type,
             "protocol_name": proto,
@@ -199,6 +205,23 @@ class AdminService:
             "members": members,
             "offsets": _offsets(g.offsets),
         }
+
+    async def group_timeline(self, group_id: str) -> list[dict[str, Any]]:
+        """The group's rebalance timeline from its records in the log and its history."""
+        self._serves(group_id)
+        pid = partition_for(group_id, self.node.log_partitions)
+        rows = await self.node.log.key_history(pid, RecordType.GROUP_METADATA, group_key(group_id))
+        if not rows:
+            raise AdminError(404, f"group {group_id!r} has no records")
+        decoded = []
+        for offset, at_ms, value in rows:
+            try:
+                decoded.append(
+                    (offset, at_ms, None if value is None else decode_group_value(value))
+                )
+            except Exception:  # a record this version cannot read: leave it out, not the page
+                continue
+        return [_mark(m) for m in timeline(decoded)]
 
     def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
         return _offsets(self._existing(group_id).offsets)
@@ -351,6 +374,7 @@ class AdminService:
                     "lease_expires_in_ms": expires,
                     "state": mine.state.value if mine else None,
                     "records_loaded": mine.records_loaded if mine else None,
+                    "compacted_at_ms": (mine.compacted_at_ms or None) if mine else None,
                     "load_ms": round(mine.load_ms, 1) if mine else None,
                     "load_error": node.load_error(pid),
                 }
@@ -369,12 +393,15 @@ class AdminService:
     def nodes(self) -> list[dict[str, Any]]:
         """The live nodes with the admin URL each registered (COORD_ADVERTISED_ADMIN_URL)."""
         node = self.node
+        beats = node.node_heartbeats
         return [
             {
                 "node_id": b.node_id,
                 "host": b.host,
                 "port": b.port,
                 "admin_url": node.admin_urls.get(b.node_id),
+                "heartbeat_ms": beats.get(b.node_id, (None, None))[0],
+                "started_ms": beats.get(b.node_id, (None, None))[1],
             }
             for b in node.cluster().brokers
         ]
@@ -410,6 +437,21 @@ class AdminService:
                 raise AdminError(503, str(e)) from e
             raise Elsewhere(owner, self.node.admin_urls.get(owner)) from e
         return {name: self.node.topics[name]}
+
+
+def _mark(m: TimelineMark) -> dict[str, Any]:
+    return {
+        "offset": m.offset,
+        "at_ms": m.at_ms,
+        "kind": m.kind,
+        "generation": m.generation,
+        "reason": m.reason,
+        "duration_ms": m.duration_ms,
+        "members": m.members,
+        "members_in": list(m.members_in),
+        "members_out": list(m.members_out),
+        "partitions_moved": m.partitions_moved,
+    }
 
 
 def _offsets(offsets: tuple[OffsetView, ...]) -> list[dict[str, Any]]:

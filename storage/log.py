@@ -50,7 +50,7 @@ from storage.errors import translate_errors
 from storage.leases import Claim, LeaseRow, Leases, fence
 from storage.security import Security
 from storage.statements import Rows, Stmt, Txn
-from storage.tables import log_records
+from storage.tables import log_history, log_records
 
 __all__ = [
     "AppendBatch",
@@ -315,6 +315,26 @@ class EventLog(Leases, Cluster, Compaction, Security):
             )
             offset = found.scalar_one_or_none()
             return None if offset is None else int(offset)
+
+    async def key_history(
+        self, partition: int, record_type: int, key: bytes, limit: int = 2_000
+    ) -> list[tuple[int, int, bytes | None]]:
+        """(offset, append time ms, value) of the newest `limit` records of one key, in offset
+        order: those compaction archived (log_history) and those still in the log."""
+        R, H = log_records.c, log_history.c
+        live = select(R.offset, R.append_time_ms, R.value).where(
+            R.partition == partition, R.record_type == record_type, R.key == key
+        )
+        archived = select(H.offset, H.append_time_ms, H.value).where(
+            H.partition == partition, H.record_type == record_type, H.key == key
+        )
+        both = live.union_all(archived).subquery()
+        stmt = select(both).order_by(both.c.offset.desc()).limit(limit)
+        async with self._db.read() as conn:
+            rows = (await conn.execute(stmt)).all()
+        # a record archived and not yet deleted from the log appears twice: keep one
+        seen = {int(r[0]): (int(r[0]), int(r[1]), r[2]) for r in rows}
+        return [seen[o] for o in sorted(seen)]
 
     async def read_latest(self, partition: int, page_size: int = 20_000) -> LatestRecords:
         """The newest record of every key of `partition` (tombstones included), in offset order,

@@ -103,6 +103,15 @@ async def force_rebalance(
     return await admin.force_rebalance(gid, reason)
 
 
+@router.get("/{group_id}/timeline")
+async def group_timeline(group_id: str, admin: AdminDep, access: AccessDep) -> list[dict[str, Any]]:
+    """One mark per rebalance, static restart, SkipAssignment rejoin, emptying or deletion,
+    from the group's records in the log and its history (oldest first)."""
+    gid = param(group_id)
+    access.require(DESCRIBE, GROUP, gid)
+    return await admin.group_timeline(gid)
+
+
 @router.get("/{group_id}/offsets")
 async def group_offsets(group_id: str, admin: AdminDep, access: AccessDep) -> list[dict[str, Any]]:
     gid = param(group_id)

@@ -56,6 +56,10 @@ class GroupView(NamedTuple):
     registered_static_members: tuple[str, ...]  # registered, not yet joined
     members: tuple[MemberView, ...]
     offsets: tuple[OffsetView, ...]
+    # the open registration: when it was made, and when the scale-up it expects gives up on
+    # instances that have not joined (its first JoinGroup + the expansion timeout; -1 before)
+    registered_ms: int = -1
+    registration_deadline_ms: int = -1
 
 
 def summaries(groups: Mapping[str, Group]) -> tuple[GroupSummary, ...]:
@@ -71,6 +75,7 @@ def snapshot(groups: Mapping[str, Group], group_id: str) -> GroupView | None:
     if g is None or g.is_(GroupState.DEAD):
         return None
     proto = g.protocol_name
+    reg = g.registration
     members = tuple(
         MemberView(
             m.member_id,
@@ -102,6 +107,8 @@ def snapshot(groups: Mapping[str, Group], group_id: str) -> GroupView | None:
         tuple(g.registered),
         members,
         offsets,
+        reg.registered_ms if reg else -1,
+        reg.expansion_started_ms + reg.timeout_ms if reg and reg.expansion_started_ms >= 0 else -1,
     )
 
 

@@ -65,6 +65,8 @@ class LeaseManager:
         self.safety_ms = max(settings.lease_ttl_ms // 5, 200)
         self.live_brokers: dict[int, Broker] = {self.node_id: broker}
         self.admin_urls: dict[int, str] = {}
+        # node id -> (last heartbeat, start) in the store's clock, as the last lease round read it
+        self.node_heartbeats: dict[int, tuple[int, int]] = {}
         self.leases: dict[int, LeaseRow] = {}
         self.plan: dict[int, int] = {}
         self.compaction_runs = 0
@@ -144,6 +146,7 @@ class LeaseManager:
         }
         self.live_brokers[self.node_id] = self.broker
         self.admin_urls = {n.node_id: n.admin_url for n in nodes if n.admin_url}
+        self.node_heartbeats = {n.node_id: (n.heartbeat_ms, n.started_ms) for n in nodes}
         self.leases = leases
         current = {
             pid: row.owner_node_id

@@ -128,6 +128,10 @@ class CoordinatorNode:
         return self.leasing.admin_urls
 
     @property
+    def node_heartbeats(self) -> dict[int, tuple[int, int]]:
+        return self.leasing.node_heartbeats
+
+    @property
     def lease_changes(self) -> int:
         return self.runtime.lease_changes
 

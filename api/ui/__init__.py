@@ -1,0 +1,265 @@
+"""The operator console at /ui: server-rendered pages over the same read model as the REST API
+(AdminService), behind the same authentication, refreshing themselves every two seconds.
+
+Pages: /ui/groups (filter by state, search by id), /ui/groups/{id} (members with decoded
+subscriptions and assignments, registrations, offsets, actions, the rebalance timeline),
+/ui/cluster (nodes, log partitions). Actions call the REST API from the page with
+`Content-Type: application/json`, after a confirmation step.
+
+Browsers cannot send a bearer token on a page load, so /ui/login exchanges the token (or a SCRAM
+user's name and password) for a session cookie: random, HttpOnly, SameSite=Strict, kept in this
+node's memory for COOKIE_TTL_S. The cookie authenticates like the credentials it replaced (same
+principal, same ACLs), on this node only. Static assets are in api/ui/static, shipped with the
+package; nothing is fetched from elsewhere at run time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import BaseModel, Field
+
+from api.deps import SESSION_COOKIE, Access, Caller, authenticate, security_of
+from app.admin import AdminError, AdminService
+from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from app.security.principal import user
+
+HERE = Path(__file__).parent
+COOKIE_TTL_S = 8 * 3600
+REFRESH_MS = 2000
+STATES = ("Stable", "PreparingRebalance", "CompletingRebalance", "Empty")
+
+templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"])
+)
+router = APIRouter(prefix="/ui", include_in_schema=False)
+static = StaticFiles(directory=HERE / "static")
+
+
+def _ago(ms: int | None) -> str:
+    if not ms or ms < 0:
+        return "—"
+    s = max(0, time.time() - ms / 1000)
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 5400:
+        return f"{s / 60:.0f} min ago"
+    if s < 172800:
+        return f"{s / 3600:.1f} h ago"
+    return f"{s / 86400:.0f} days ago"
+
+
+def _when(ms: int | None) -> str:
+    if not ms or ms < 0:
+        return "—"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _partitions(view: dict[str, Any] | None, key: str = "partitions") -> str:
+    if not view or key not in view:
+        return "—" if not view else f"{view.get('size', 0)} bytes"
+    parts = [f"{t['topic']}: {', '.join(map(str, t['partitions']))}" for t in view[key]]
+    return "; ".join(parts) or "none"
+
+
+templates.filters.update(ago=_ago, when=_when, partitions=_partitions, quote=quote)
+
+
+def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    """The whole page, or only its <main> for the page's own refresh (X-UI-Fragment)."""
+    fragment = request.headers.get("x-ui-fragment") == "1"
+    context.update(fragment=fragment, refresh_ms=REFRESH_MS, path=request.url.path)
+    html = templates.get_template(name).render(**context)
+    return HTMLResponse(html, status_code=status)
+
+
+async def caller_or_login(request: Request) -> Caller | Response:
+    try:
+        return await authenticate(request, None, None)
+    except HTTPException as e:
+        if e.status_code != 401:
+            raise
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
+
+
+def admin_of(request: Request) -> AdminService:
+    service: AdminService = request.app.state.admin
+    return service
+
+
+def error_page(request: Request, status: int, title: str, message: str) -> Response:
+    return page(request, "error.html", status=status, title=title, message=message)
+
+
+@router.get("", include_in_schema=False)
+async def home() -> Response:
+    return RedirectResponse("/ui/groups", status_code=303)
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login(request: Request, next: str = "/ui/groups") -> Response:
+    return page(
+        request,
+        "login.html",
+        next=next if next.startswith("/ui") else "/ui/groups",
+        basic=security_of(request) is not None,
+        token=request.app.state.token is not None,
+    )
+
+
+class SessionIn(BaseModel):
+    token: str | None = Field(default=None, max_length=4096)
+    user: str | None = Field(default=None, max_length=256)
+    password: str | None = Field(default=None, max_length=4096)
+
+
+@router.post("/session", status_code=204)
+async def open_session(body: SessionIn, request: Request) -> Response:
+    """Exchange the token or a user's password for a session cookie (JSON only, as every
+    mutation: a cross-site form cannot log a browser in)."""
+    source = request.client.host if request.client else "unknown"
+    token: str | None = request.app.state.token
+    security = security_of(request)
+    caller: Caller | None = None
+    if body.user is not None and security is not None:
+        if await security.verify_password(body.user, body.password or ""):
+            caller = Caller(user(body.user), source, full=False)
+    elif body.token is not None and token is not None:
+        given, wanted = body.token.encode(), token.encode()
+        if hmac.compare_digest(given, wanted):  # constant time
+            caller = Caller("admin-token", source, full=True)
+    if caller is None:
+        raise HTTPException(401, detail="wrong token, user name or password")
+    sessions: dict[str, tuple[Caller, float]] = request.app.state.ui_sessions
+    now = time.monotonic()
+    for sid in [s for s, (_, exp) in sessions.items() if exp < now]:
+        del sessions[sid]
+    sid = secrets.token_urlsafe(32)
+    sessions[sid] = (caller, now + COOKIE_TTL_S)
+    response = Response(status_code=204)
+    response.set_cookie(
+        SESSION_COOKIE, sid, max_age=COOKIE_TTL_S, httponly=True, samesite="strict",
+        secure=request.url.scheme == "https", path="/",
+    )  # fmt: skip
+    return response
+
+
+@router.post("/logout", status_code=204)
+async def close_session(request: Request) -> Response:
+    request.app.state.ui_sessions.pop(request.cookies.get(SESSION_COOKIE, ""), None)
+    response = Response(status_code=204)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+@router.get("/groups", response_class=HTMLResponse)
+async def groups_page(request: Request, state: str = "", q: str = "") -> Response:
+    caller = await caller_or_login(request)
+    if isinstance(caller, Response):
+        return caller
+    access = Access(request, caller)
+    admin = admin_of(request)
+    wanted = state if state in STATES else None
+    groups = await admin.list_all_groups(wanted)
+    if not access.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        groups = [
+            g for g in groups
+            if access.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"])
+        ]  # fmt: skip
+    if q:
+        groups = [g for g in groups if q.lower() in g["group_id"].lower()]
+    local = {g["group_id"]: g for g in admin.list_groups()}
+    rows = []
+    for g in groups:
+        detail: dict[str, Any] | None = None
+        if g["group_id"] in local:
+            try:
+                detail = admin.describe_group(g["group_id"])
+            except AdminError:
+                detail = None
+        static = sum(1 for m in (detail or {}).get("members", []) if m["group_instance_id"])
+        marks = await _timeline_or_empty(admin, g["group_id"]) if detail else []
+        rebalances = [m for m in marks if m["kind"] in ("rebalance", "empty")]
+        rows.append({
+            **g,
+            "protocol_name": (detail or {}).get("protocol_name"),
+            "static": static if detail else None,
+            "last_rebalance_ms": rebalances[-1]["at_ms"] if rebalances else None,
+        })  # fmt: skip
+    return page(request, "groups.html", groups=rows, state=state, q=q, states=STATES,
+                caller=caller)  # fmt: skip
+
+
+async def _timeline_or_empty(admin: AdminService, group_id: str) -> list[dict[str, Any]]:
+    try:
+        return await admin.group_timeline(group_id)
+    except AdminError:
+        return []
+
+
+@router.get("/groups/{group_id}", response_class=HTMLResponse)
+async def group_page(request: Request, group_id: str) -> Response:
+    caller = await caller_or_login(request)
+    if isinstance(caller, Response):
+        return caller
+    access = Access(request, caller)
+    if not access.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return error_page(request, 403, "Not authorized",
+                          f"{caller.principal} may not DESCRIBE group {group_id}.")  # fmt: skip
+    admin = admin_of(request)
+    try:
+        g = admin.describe_group(group_id)
+    except AdminError as e:
+        title = "Unknown group" if e.status == 404 else "Group unavailable"
+        return error_page(request, e.status, title, e.message)
+    if not access.caller.full:
+        g["offsets"] = [
+            o for o in g["offsets"]
+            if access.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, o["topic"])
+        ]  # fmt: skip
+    marks = await _timeline_or_empty(admin, group_id)
+    return page(request, "group.html", g=g, marks=marks[-200:], plot=_plot(marks[-60:]),
+                caller=caller)  # fmt: skip
+
+
+def _plot(marks: list[dict[str, Any]]) -> dict[str, Any]:
+    """An SVG bar per mark: height = rebalance duration (or a small tick for marks without one),
+    colour by kind."""
+    width, height, pad = 720, 140, 24
+    if not marks:
+        return {"bars": [], "width": width, "height": height, "max_ms": 0}
+    longest = max((m["duration_ms"] or 0) for m in marks) or 1
+    step = (width - 2 * pad) / max(len(marks), 1)
+    bars = []
+    for i, m in enumerate(marks):
+        d = m["duration_ms"] or 0
+        h = max(4.0, (height - 2 * pad) * d / longest)
+        bars.append({
+            "x": pad + i * step + 1, "y": height - pad - h, "w": max(step - 2, 2), "h": h,
+            "kind": m["kind"], "label": f"gen {m['generation']}: {m['kind']} — {m['reason']}"
+            + (f" ({d} ms)" if m["duration_ms"] is not None else ""),
+        })  # fmt: skip
+    return {"bars": bars, "width": width, "height": height, "max_ms": longest}
+
+
+@router.get("/cluster", response_class=HTMLResponse)
+async def cluster_page(request: Request) -> Response:
+    caller = await caller_or_login(request)
+    if isinstance(caller, Response):
+        return caller
+    access = Access(request, caller)
+    if not access.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return error_page(request, 403, "Not authorized",
+                          f"{caller.principal} may not DESCRIBE the cluster.")  # fmt: skip
+    return page(request, "cluster.html", c=admin_of(request).cluster_view(), caller=caller)
