@@ -146,6 +146,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         settings.authorizer,
         shown_database_url(settings.database_url),
     )
+    scheme = "https" if settings.admin_ssl_certfile else "http"
+    shown_host = "127.0.0.1" if admin_host in ("0.0.0.0", "::", "") else admin_host
+    log.info("operator console: %s://%s:%d/ui", scheme, shown_host, admin_port)
     try:
         await stop.wait()
     finally:

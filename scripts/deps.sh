@@ -6,6 +6,7 @@
 #   PostgreSQL server binaries (Debian's `postgresql`): the storage suite, the node tests, the
 #   chaos suite and the benchmarks start private clusters of their own (initdb into a temp dir,
 #   a free port on 127.0.0.1); no server is started or configured system-wide.
+#   Chromium (Debian's `chromium`) for the console's browser tests, driven by Playwright.
 #   Java 17 + Maven and Node.js + npm (Debian's packages when missing), then the clients the
 #   suite drives, into ignored folders: Apache Kafka's consumer and kafka-consumer-groups
 #   (tests/java), Apache Kafka's broker for the differential suite (tests/broker), kafkajs
@@ -73,8 +74,10 @@ toolchains() {
     command -v mvn >/dev/null 2>&1 || missing+=(maven)
     command -v node >/dev/null 2>&1 || missing+=(nodejs)
     command -v npm >/dev/null 2>&1 || missing+=(npm)
+    # the console's browser tests drive Debian's chromium through Playwright (executable_path)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     if [ ${#missing[@]} -gt 0 ]; then
-        say "installing ${missing[*]} (the Java and kafkajs client tests)"
+        say "installing ${missing[*]} (the Java, kafkajs and console tests)"
         apt_install "${missing[@]}"
     fi
     say "Java: $(java -version 2>&1 | head -1); $(mvn -B -v 2>/dev/null | head -1); Node $(node --version)"

@@ -76,3 +76,25 @@ def test_blocking_wrapper_from_threaded_code(node: CoordinatorProcess, tmp_path:
         assert group["state"] == "Stable" and group["generation"] == token
     # a static member closing does not leave: the group keeps it until its session expires
     assert node.get("/groups/blocking-election")["members"]
+
+
+def test_consumers_example_forms_a_group_on_demo(tmp_path: Path) -> None:
+    """examples/consumers.py against a node with `make run`'s topic: three consumers split it."""
+    n = CoordinatorProcess(
+        f"sqlite+aiosqlite:///{tmp_path}/c.db",
+        tmp_path,
+        {"COORD_INITIAL_REBALANCE_DELAY_MS": "300", "COORD_TOPICS": "demo:6"},
+    )
+    n.start()
+    try:
+        out = run_example("consumers", n, 10)
+        group = n.get("/groups/demo-app")
+    finally:
+        n.kill()
+    assert group["protocol_type"] == "consumer" and group["generation"] >= 1, group
+    last: dict[str, str] = {}
+    for who, parts in re.findall(r"^\[(consumer-\d)\] assigned (.*)$", out, re.M):
+        last[who] = parts
+    assert sorted(last) == ["consumer-1", "consumer-2", "consumer-3"], out
+    held = [p for parts in last.values() for p in parts.split(", ")]
+    assert sorted(held) == [f"demo:{p}" for p in range(6)], out
