@@ -51,6 +51,7 @@ def log_in(page: Any, node: CoordinatorProcess, path: str = "/ui") -> None:
     page.fill("input[name=token]", TOKEN)
     page.click("#login button[type=submit]")
     page.wait_for_url(re.compile(r".*/ui/(groups|cluster).*"))
+    page.wait_for_selector("main h1")
 
 
 Billing = tuple[CoordinatorProcess, list[ConsumerProcess], Consumers]
@@ -190,3 +191,57 @@ def test_cluster_page_shows_a_failover(pg_pair: list[CoordinatorProcess]) -> Non
             timeout=40_000,
         )
         shot(page, "cluster-after-failover")
+
+
+def post(node: CoordinatorProcess, path: str, body: Any) -> Any:
+    req = urllib.request.Request(
+        node.admin_url + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def confirm(page: Any, form: str) -> None:
+    page.click(f"form[data-action={form}] button[type=submit]")
+    page.click("#confirm-ok")
+    page.wait_for_selector("#action-status.ok")
+
+
+IDLE_OFFSETS = {"offsets": [{"topic": "orders", "partition": 0, "offset": 9}]}
+
+
+def test_console_actions_register_withdraw_reset_delete(billing: Billing) -> None:
+    node, _members, _env = billing
+    post(
+        node,
+        "/groups/idle/offsets",
+        {"offsets": [{"topic": "orders", "partition": 0, "offset": 9}]},
+    )
+    with chromium() as browser:
+        page = browser.new_page()
+        log_in(page, node)
+        # pre-register a static member of billing, then withdraw it
+        page.goto(node.admin_url + "/ui/groups/billing")
+        page.fill("form[data-action=register] input[name=ids]", "billing-9")
+        confirm(page, "register")
+        assert api(node, "/groups/billing")["registered_static_members"] == ["billing-9"]
+        page.locator("#registrations li:has-text('billing-9')").wait_for()
+        page.click("#registrations button[data-instance=billing-9]")
+        page.click("#confirm-ok")
+        page.wait_for_selector("#action-status.ok")
+        assert api(node, "/groups/billing")["registered_static_members"] == []
+        # an Empty group: reset its offsets, then delete it
+        page.goto(node.admin_url + "/ui/groups/idle")
+        page.fill("form[data-action=offsets] input[name=offsets]", "orders:0=3, orders:1=4")
+        confirm(page, "offsets")
+        assert {(o["partition"], o["offset"]) for o in api(node, "/groups/idle/offsets")} == {
+            (0, 3),
+            (1, 4),
+        }
+        page.click("form[data-action=delete] button[type=submit]")
+        page.click("#confirm-ok")
+        page.wait_for_url("**/ui/groups")
+        assert "idle" not in [g["group_id"] for g in api(node, "/groups")]
