@@ -148,17 +148,7 @@ class JavaConsumerProcess(ConsumerProcess):
                 **options,
             ),
         )
-        self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - closed by kill()
-        self.proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
-        self._reader.start()
+        self._spawn(args)
 
     def client_log(self, n: int = 150) -> str:
         """The group coordination lines of the Java client's log."""

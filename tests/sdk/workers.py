@@ -4,15 +4,12 @@ their stdin."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.support.consumers import ConsumerProcess, Hub, driver_args
-from tests.support.nodes import ROOT
 
 
 class SdkWorker(ConsumerProcess):
@@ -34,17 +31,7 @@ class SdkWorker(ConsumerProcess):
         self.stderr_path = workdir / f"worker-{name}.stderr"
         args = [sys.executable, "-m", "tests.sdk.worker", bootstrap, group]
         args += driver_args(client_id=name, **options)
-        self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - closed by kill()
-        self.proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
-        self._reader.start()
+        self._spawn(args)
 
     @property
     def owned(self) -> frozenset[int]:  # consumers own partitions; workers hold items

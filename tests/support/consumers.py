@@ -104,6 +104,10 @@ class ConsumerProcess:
             no_subscribe=not subscribe,
             **options,
         )
+        self._spawn(args)
+
+    def _spawn(self, args: list[str]) -> None:
+        """Start the driver process; a reader thread turns its stdout lines into events."""
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - closed by kill()
         self.proc = subprocess.Popen(
             args,
@@ -113,7 +117,7 @@ class ConsumerProcess:
             stderr=self._stderr,
             start_new_session=True,  # a test's Ctrl-C does not reach it; teardown kills it
         )
-        self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
+        self._reader = threading.Thread(target=self._read, name=f"read-{self.name}", daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
