@@ -35,6 +35,9 @@ COMMANDS: list[tuple[list[str], str | None]] = [
     (["--list"], None),
     (["--list", "--state"], None),
     (["--list", "--state", "Stable"], None),
+    # ListGroups v5's type filter (KIP-1043): every group of ours is classic
+    (["--list", "--type", "classic"], "kcg-side-stable Classic"),
+    (["--list", "--type", "consumer"], None),
     (["--describe", "--group", STABLE], "diff-topic 2 7 0 -7"),
     (["--describe", "--group", STABLE, "--offsets"], None),
     (["--describe", "--group", STABLE, "--members"], None),
@@ -123,9 +126,22 @@ async def _heartbeat(members: list[tuple[KafkaTestClient, str, str | None]], gen
         await asyncio.sleep(1.0)
 
 
-def kcg(bootstrap: str, args: list[str]) -> str:
+# Kafka's other admin tools on the same AdminClient: kafka-groups (ListGroups with types) and
+# kafka-cluster cluster-id (DescribeCluster, API 60)
+OTHER_TOOLS: list[tuple[str, list[str], str]] = [
+    ("org.apache.kafka.tools.GroupsCommand", ["--list"], "kcg-side-stable Classic consumer"),
+    ("org.apache.kafka.tools.ClusterTool", ["cluster-id"], "Cluster ID: <cluster-id>"),
+]
+CLUSTER_ID = re.compile(r"Cluster ID: \S+")
+
+
+def kcg(bootstrap: str, args: list[str], tool: str = TOOL_CLASS) -> str:
     """The tool's stdout, then its stderr lines that are not log lines."""
-    cmd = java_command(TOOL_CLASS, "--bootstrap-server", bootstrap, *args, log_level="error")
+    if tool == "org.apache.kafka.tools.ClusterTool":  # its subcommand comes first
+        args = [*args, "--bootstrap-server", bootstrap]
+    else:
+        args = ["--bootstrap-server", bootstrap, *args]
+    cmd = java_command(tool, *args, log_level="error")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     errors = [ln for ln in r.stderr.splitlines() if ln.strip() and "] ERROR " not in ln]
     return r.stdout + ("\n[stderr]\n" + "\n".join(errors) if errors else "")
@@ -137,6 +153,7 @@ def masked(out: str) -> list[str]:
     lines = []
     for ln in out.splitlines():
         ln = PORT.sub("127.0.0.1:<port>", UUID.sub("<uuid>", ln))
+        ln = CLUSTER_ID.sub("Cluster ID: <cluster-id>", ln)
         ln = " ".join(ln.split())
         if not ln or ("warm-up" in ln):  # the differential fixtures' own group
             continue
@@ -163,11 +180,13 @@ async def test_same_output_as_against_apache_kafka(java_build: None, shapes: lis
     ARTIFACT.parent.mkdir(exist_ok=True)
     report: list[str] = []
     differing: list[str] = []
-    for args, expect in COMMANDS:
+    runs = [(TOOL_CLASS, args, expect) for args, expect in COMMANDS] + OTHER_TOOLS
+    for tool, args, expect in runs:
         theirs, ours = await asyncio.gather(
-            *(asyncio.to_thread(kcg, _bootstrap(s.target), args) for s in shapes)
+            *(asyncio.to_thread(kcg, _bootstrap(s.target), args, tool) for s in shapes)
         )
-        title = "kafka-consumer-groups --bootstrap-server <node> " + " ".join(args)
+        name = {TOOL_CLASS: "kafka-consumer-groups"}.get(tool, tool.rsplit(".", 1)[1])
+        title = f"{name} --bootstrap-server <node> " + " ".join(args)
         report += [f"$ {title}", "--- Apache Kafka 4.0.0", theirs.rstrip(), "--- coordinator",
                    ours.rstrip(), ""]  # fmt: skip
         if masked(theirs) != masked(ours):
