@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -15,6 +17,7 @@ from storage.statements import Rows
 from storage.tables import cluster_meta, nodes
 
 LOG_PARTITIONS = "log_partitions"
+CLUSTER_ID = "cluster_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,23 @@ class Cluster:
                 f"{LOG_PARTITIONS}: the store was created with {stored}, configured {n}"
             )
         return n
+
+    async def ensure_cluster_id(self) -> str:
+        """The cluster's id, made on first use as Kafka makes one (16 random bytes, URL-safe
+        base64 without padding: 22 characters) and the same for every node of the store."""
+        fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        async with self._db.write() as conn:
+            await conn.execute(
+                self._db.insert(cluster_meta)
+                .values(name=CLUSTER_ID, value=fresh)
+                .on_conflict_do_nothing(index_elements=["name"])
+            )
+            stored = (
+                await conn.execute(
+                    select(cluster_meta.c.value).where(cluster_meta.c.name == CLUSTER_ID)
+                )
+            ).scalar()
+        return str(stored)
 
     async def log_partitions(self) -> int | None:
         """The stored number of log partitions, or None before ensure_log_partitions()."""

@@ -49,7 +49,7 @@ class CoordinatorNode:
         self.node_id = settings.node_id
         self.log = event_log
         self.writer = writer
-        self.cluster_id = "coordinator"
+        self.cluster_id = ""  # the store's, read at start (Metadata, DescribeCluster)
         self.started_ms = 0
         # the first listener's address is the node's own; every listener's is registered
         endpoints = tuple(
@@ -213,6 +213,7 @@ class CoordinatorNode:
         self.runtime.log_partitions = await self.log.ensure_log_partitions(
             self.settings.log_partitions
         )
+        self.cluster_id = await self.log.ensure_cluster_id()
         t = now_ms()
         host, port = self.broker.host, self.broker.port
         await self.log.register_node(

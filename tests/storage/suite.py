@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -456,6 +457,11 @@ class EventLogSuite(SecuritySuite):
         with pytest.raises(ConfigMismatch):
             await log2.ensure_log_partitions(16)
         assert await log.log_partitions() == 8
+
+    async def test_cluster_id_is_made_once_and_shared(self, log: EventLog, log2: EventLog) -> None:
+        first = await log.ensure_cluster_id()
+        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", first)  # Kafka's shape: 16 bytes, base64url
+        assert await log2.ensure_cluster_id() == first == await log.ensure_cluster_id()
 
     # --- errors --------------------------------------------------------------------------------
 
