@@ -166,6 +166,9 @@ class AdminService:
                     "protocol_type": g.protocol_type,
                     "generation": g.generation,
                     "members": g.members,
+                    "protocol_name": g.protocol_name,
+                    "static_members": g.static_members,
+                    "state_since_ms": g.state_timestamp if g.state_timestamp >= 0 else None,
                     "log_partition": pid,
                 }
             )

@@ -19,6 +19,9 @@ class GroupSummary(NamedTuple):
     protocol_type: str  # "" before a member chose one
     generation: int
     members: int
+    static_members: int = 0
+    state_timestamp: int = -1  # when it entered its state (a Stable group: its last rebalance)
+    protocol_name: str | None = None
 
 
 class MemberView(NamedTuple):
@@ -64,7 +67,16 @@ class GroupView(NamedTuple):
 
 def summaries(groups: Mapping[str, Group]) -> tuple[GroupSummary, ...]:
     return tuple(
-        GroupSummary(g.group_id, g.state, g.protocol_type or "", g.generation, len(g.members))
+        GroupSummary(
+            g.group_id,
+            g.state,
+            g.protocol_type or "",
+            g.generation,
+            len(g.members),
+            sum(1 for m in g.members.values() if m.group_instance_id),
+            -1 if g.state_timestamp is None else g.state_timestamp,
+            g.protocol_name,
+        )
         for g in groups.values()
     )
 

@@ -184,8 +184,12 @@ async def test_list_groups_with_state_filter(api: Api) -> None:
         "protocol_type": "consumer",
         "generation": 1,
         "members": 1,
+        "protocol_name": "range",
+        "static_members": 0,
+        "state_since_ms": listed["g-stable"]["state_since_ms"],
         "log_partition": listed["g-stable"]["log_partition"],
     }
+    assert listed["g-stable"]["state_since_ms"] > 1_700_000_000_000  # a wall-clock time
     assert listed["g-empty"]["members"] == 0 and listed["g-empty"]["protocol_type"] == ""
     for state, wanted in [
         ("Stable", ["g-stable"]),

@@ -12,10 +12,12 @@ def test_groups_view_lists_every_group_with_its_member_count() -> None:
     ctx.stable_group(2)
     ctx.commit(group_id="simple")
     ctx.complete_writes()
-    assert ctx.coordinator.groups_view() == (
-        GroupSummary(GROUP, GroupState.STABLE, "consumer", 1, 2),
-        GroupSummary("simple", GroupState.EMPTY, "", 0, 0),
+    stable, simple = ctx.coordinator.groups_view()
+    assert stable == GroupSummary(
+        GROUP, GroupState.STABLE, "consumer", 1, 2, 0, stable.state_timestamp, "range"
     )
+    assert stable.state_timestamp >= 0  # when it became Stable
+    assert simple[:6] == ("simple", GroupState.EMPTY, "", 0, 0, 0)
 
 
 def test_groups_view_shows_a_group_being_deleted_as_dead() -> None:
