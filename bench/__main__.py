@@ -26,6 +26,7 @@ FIGURES = {
     "load": "bench.load",
     "memory": "bench.memory",
     "tansu": "bench.tansu",
+    "kafka": "bench.kafka_peer",
     "hostile": "bench.hostile",
     "security": "bench.security",
 }

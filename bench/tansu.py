@@ -21,6 +21,9 @@ The peer is the floor: ratios are our speed / Tansu's speed (Tansu time / our ti
 formation), so above 100% means faster than Tansu. Server CPU is sampled from /proc in the
 parent, driver CPU is each worker's process CPU time over the commit window.
 Runs are interleaved (Tansu, ours, ours...) per size and rep so drift hits all servers alike.
+
+The workload (`Server`, `CpuSampler`, `one_run` and its `worker`) knows nothing of Tansu: it takes
+any bootstrap address and topic, and bench/kafka_peer.py runs it against Apache Kafka too.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 @dataclass
 class Server:
+    """A server under the workload: where clients connect, and the process whose CPU counts."""
+
     key: str
     label: str
     bootstrap: str
@@ -207,7 +212,7 @@ def _writer_metrics(admin_url: str) -> dict[str, float]:
     return {k: float(v) for k, v in _METRIC.findall(text)}
 
 
-# ---- one run: N consumers against one server -----------------------------------------------------
+# ---- one run: N consumers against one server (any Kafka-protocol server) ------------------------
 
 
 @dataclass
@@ -224,7 +229,17 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def one_run(server: Server, n: int, window: float, sampler: CpuSampler, statedir: Path) -> Run:
+def one_run(
+    server: Server,
+    n: int,
+    window: float,
+    sampler: CpuSampler,
+    statedir: Path,
+    topic: str = TOPIC,
+    partitions: int = PARTITIONS,
+) -> Run:
+    """N confluent-kafka consumers of `topic` (which the server has, with `partitions` >= N) in a
+    fresh group on `server`: its formation, then sync commits for `window` seconds."""
     group = f"bench-{server.key}-{n}-{uuid.uuid4().hex[:8]}"
     sdir = statedir / group
     sdir.mkdir(parents=True)
@@ -235,8 +250,8 @@ def one_run(server: Server, n: int, window: float, sampler: CpuSampler, statedir
         {
             "bootstrap": server.bootstrap,
             "group": group,
-            "topic": TOPIC,
-            "partitions": PARTITIONS,
+            "topic": topic,
+            "partitions": partitions,
             "ids": i,
             "n": n,
             "workers": workers,

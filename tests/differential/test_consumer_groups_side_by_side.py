@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.differential.scenarios import TOPIC, Run, Target, join_all
-from tests.java_support import TOOL_CLASS, java_build, java_command  # noqa: F401 - fixture
 from tests.support.consumer_bytes import assignment, subscription
+from tests.support.java import TOOL_CLASS, java_build, java_command  # noqa: F401 - fixture
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.nodes import ROOT
 

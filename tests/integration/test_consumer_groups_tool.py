@@ -1,5 +1,5 @@
 """End-to-end: Apache Kafka's kafka-consumer-groups (`ConsumerGroupCommand` from kafka-tools 4.x,
-tests/java_support.py) against one real `coordinator serve` process per module, with a group of
+tests/support/java.py) against one real `coordinator serve` process per module, with a group of
 two Java consumers.
 
 What an operator sees is asserted column by column (the same columns and states the tool prints
@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import COORD_ENV
-from tests.java_support import (  # noqa: F401 - java_build is a fixture
+from tests.support.consumers import PARTITIONS, TOPIC, Consumers
+from tests.support.java import (  # noqa: F401 - java_build is a fixture
     TOOL_CLASS,
     consumer_groups,
     java_build,
     java_command,
     java_consumer,
 )
-from tests.support.consumers import PARTITIONS, TOPIC, Consumers
 from tests.support.nodes import CoordinatorProcess
 
 pytestmark = [pytest.mark.integration]

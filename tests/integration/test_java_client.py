@@ -1,5 +1,5 @@
 """End-to-end: Apache Kafka's Java consumer (kafka-clients 4.x, `group.protocol=classic`), one JVM
-per consumer (tests/java_support.py), against one real `coordinator serve` process per module
+per consumer (tests/support/java.py), against one real `coordinator serve` process per module
 on SQLite.
 
 The Java consumer is the released client that sends JoinGroup v9, so a static leader restarted
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import COORD_ENV
-from tests.java_support import JavaConsumerProcess, java_build, java_consumer  # noqa: F401
 from tests.support.consumers import PARTITIONS, TOPIC, Consumers
 from tests.support.eventlog import GroupRecord, group_records
+from tests.support.java import JavaConsumerProcess, java_build, java_consumer  # noqa: F401
 from tests.support.nodes import CoordinatorProcess, postgres_nodes
 
 pytestmark = [pytest.mark.integration]

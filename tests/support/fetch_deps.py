@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tests.java_support import build as build_java_clients
+from tests.support.java import build as build_java_clients
 from tests.support.js import ensure_node_modules
 from tests.support.kafka_broker import ensure_jars as fetch_broker_jars
 

@@ -226,27 +226,32 @@ def port_open(address: tuple[str, int]) -> bool:
     return False
 
 
-def wait_for_coordinator(address: tuple[str, int], timeout: float = 60.0) -> None:
+async def warm_up(address: tuple[str, int], timeout: float = 60.0) -> None:
     """FindCoordinator until it answers without error (Apache Kafka creates __consumer_offsets on
     the first one and answers NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until it is led), then
     one group formed and left: that warms the JVM up (a cold broker took the first join of the
-    first scenario so late that the second member was made leader)."""
+    first scenario so late that the second member was made leader). BrokerUnavailable (a
+    RuntimeError) when it never answers."""
     import asyncio
 
     from tests.support.kafka_client import KafkaTestClient
 
-    async def warm_up() -> None:
-        c = await KafkaTestClient.connect(*address)
-        try:
-            deadline = time.monotonic() + timeout
-            while (reply := await c.find_coordinator("warm-up", version=3)).error_code != 0:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailable(f"FindCoordinator still answers {reply.error_code!r}")
-                await asyncio.sleep(0.2)
-            joined = await c.join_group("warm-up", version=3)
-            await c.sync_group("warm-up", joined.generation_id, joined.member_id, version=3)
-            await c.leave_group("warm-up", joined.member_id, version=3)
-        finally:
-            await c.close()
+    c = await KafkaTestClient.connect(*address)
+    try:
+        deadline = time.monotonic() + timeout
+        while (reply := await c.find_coordinator("warm-up", version=3)).error_code != 0:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"FindCoordinator still answers {reply.error_code!r}")
+            await asyncio.sleep(0.2)
+        joined = await c.join_group("warm-up", version=3)
+        await c.sync_group("warm-up", joined.generation_id, joined.member_id, version=3)
+        await c.leave_group("warm-up", joined.member_id, version=3)
+    finally:
+        await c.close()
 
-    asyncio.run(warm_up())
+
+def wait_for_coordinator(address: tuple[str, int], timeout: float = 60.0) -> None:
+    """`warm_up` from synchronous code (the test fixtures)."""
+    import asyncio
+
+    asyncio.run(warm_up(address, timeout))

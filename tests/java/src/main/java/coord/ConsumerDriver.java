@@ -37,6 +37,12 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * [P,P,...]}, {@code close}. Events: ready, assigned, revoked (lost=true for onPartitionsLost),
  * committed, commit_retry, offsets, closed, error; assigned/revoked/committed carry the member id
  * and generation the consumer holds.
+ *
+ * <p>For the benchmark (bench/kafka_peer.py), two timed commands: {@code subscribe AT_MS} (with
+ * --no-subscribe: subscribe at that wall-clock instant, so JVMs started one after another join
+ * together; event subscribed) and {@code commits START_MS END_MS} (synchronous one-partition
+ * commits in a loop over that window, reported by one commits event: a stdin round trip per
+ * commit would measure the driver's poll loop, not the server).
  */
 public final class ConsumerDriver {
   private static final Map<String, String> STRATEGIES =
@@ -51,6 +57,7 @@ public final class ConsumerDriver {
   private KafkaConsumer<byte[], byte[]> consumer;
   private final Set<Integer> owned = new TreeSet<>();
   private String topic;
+  private boolean subscribed;
 
   public static void main(String[] argv) {
     try {
@@ -169,42 +176,7 @@ public final class ConsumerDriver {
     long pollMs = Long.parseLong(opts.getOrDefault("poll-ms", "100"));
     boolean subscribe = !opts.containsKey("no-subscribe");
     consumer = new KafkaConsumer<>(p);
-    if (subscribe) {
-      consumer.subscribe(
-          List.of(topic),
-          new ConsumerRebalanceListener() {
-            @Override
-            public void onPartitionsRevoked(Collection<TopicPartition> tps) {
-              tps.forEach(tp -> owned.remove(tp.partition()));
-              Map<String, Object> f = new LinkedHashMap<>();
-              f.put("partitions", parts(tps));
-              f.put("all", new ArrayList<>(owned));
-              f.putAll(member());
-              emit("revoked", f);
-            }
-
-            @Override
-            public void onPartitionsLost(Collection<TopicPartition> tps) {
-              tps.forEach(tp -> owned.remove(tp.partition()));
-              Map<String, Object> f = new LinkedHashMap<>();
-              f.put("partitions", parts(tps));
-              f.put("all", new ArrayList<>(owned));
-              f.put("lost", true);
-              f.putAll(member());
-              emit("revoked", f);
-            }
-
-            @Override
-            public void onPartitionsAssigned(Collection<TopicPartition> tps) {
-              tps.forEach(tp -> owned.add(tp.partition()));
-              Map<String, Object> f = new LinkedHashMap<>();
-              f.put("partitions", parts(tps));
-              f.put("all", new ArrayList<>(owned));
-              f.putAll(member());
-              emit("assigned", f);
-            }
-          });
-    }
+    if (subscribe) subscribe();
     LinkedBlockingQueue<String> commands = new LinkedBlockingQueue<>();
     Thread pump =
         new Thread(
@@ -222,7 +194,7 @@ public final class ConsumerDriver {
     pump.start();
     emit("ready", Map.of());
     while (true) {
-      if (subscribe) consumer.poll(Duration.ofMillis(pollMs));
+      if (subscribed) consumer.poll(Duration.ofMillis(pollMs));
       else Thread.sleep(100);
       String cmd = commands.poll();
       if (cmd == null) continue;
@@ -232,6 +204,15 @@ public final class ConsumerDriver {
         switch (vp[0]) {
           case "commit" -> commit(Long.parseLong(arg));
           case "committed" -> committed(arg);
+          case "subscribe" -> {
+            sleepUntil(Long.parseLong(arg));
+            subscribe();
+            emit("subscribed", Map.of());
+          }
+          case "commits" -> {
+            String[] w = arg.split(" ");
+            commits(Long.parseLong(w[0]), Long.parseLong(w[1]));
+          }
           case "close" -> {
             consumer.close();
             emit("closed", Map.of());
@@ -243,6 +224,44 @@ public final class ConsumerDriver {
         emit("error", Map.of("cmd", cmd, "error", e.toString()));
       }
     }
+  }
+
+  private void subscribe() {
+    consumer.subscribe(
+        List.of(topic),
+        new ConsumerRebalanceListener() {
+          @Override
+          public void onPartitionsRevoked(Collection<TopicPartition> tps) {
+            tps.forEach(tp -> owned.remove(tp.partition()));
+            Map<String, Object> f = new LinkedHashMap<>();
+            f.put("partitions", parts(tps));
+            f.put("all", new ArrayList<>(owned));
+            f.putAll(member());
+            emit("revoked", f);
+          }
+
+          @Override
+          public void onPartitionsLost(Collection<TopicPartition> tps) {
+            tps.forEach(tp -> owned.remove(tp.partition()));
+            Map<String, Object> f = new LinkedHashMap<>();
+            f.put("partitions", parts(tps));
+            f.put("all", new ArrayList<>(owned));
+            f.put("lost", true);
+            f.putAll(member());
+            emit("revoked", f);
+          }
+
+          @Override
+          public void onPartitionsAssigned(Collection<TopicPartition> tps) {
+            tps.forEach(tp -> owned.add(tp.partition()));
+            Map<String, Object> f = new LinkedHashMap<>();
+            f.put("partitions", parts(tps));
+            f.put("all", new ArrayList<>(owned));
+            f.putAll(member());
+            emit("assigned", f);
+          }
+        });
+    subscribed = true;
   }
 
   private void commit(long offset) {
@@ -265,6 +284,31 @@ public final class ConsumerDriver {
         consumer.poll(Duration.ofMillis(200));
       }
     }
+  }
+
+  private static void sleepUntil(long epochMs) throws InterruptedException {
+    long left = epochMs - System.currentTimeMillis();
+    if (left > 0) Thread.sleep(left);
+  }
+
+  private void commits(long startMs, long endMs) throws InterruptedException {
+    int part = owned.iterator().next();
+    TopicPartition tp = new TopicPartition(topic, part);
+    long ok = 0;
+    long errors = 0;
+    long offset = 0;
+    sleepUntil(startMs);
+    long lateMs = System.currentTimeMillis() - startMs;
+    while (System.currentTimeMillis() < endMs) {
+      offset++;
+      try {
+        consumer.commitSync(Map.of(tp, new OffsetAndMetadata(offset)));
+        if (System.currentTimeMillis() <= endMs) ok++;
+      } catch (RuntimeException e) {
+        errors++;
+      }
+    }
+    emit("commits", Map.of("partition", part, "ok", ok, "errors", errors, "late_ms", lateMs));
   }
 
   private void committed(String arg) {
