@@ -16,6 +16,8 @@ import time
 
 from confluent_kafka import Consumer
 
+PRINTING = threading.Lock()
+
 
 def run(name: str, args: argparse.Namespace, stop: threading.Event) -> None:
     conf = {
@@ -31,7 +33,8 @@ def run(name: str, args: argparse.Namespace, stop: threading.Event) -> None:
 
     def assigned(_c: Consumer, parts: list) -> None:  # type: ignore[type-arg]
         shown = ", ".join(f"{p.topic}:{p.partition}" for p in parts) or "nothing"
-        print(f"[{name}] assigned {shown}", flush=True)
+        with PRINTING:  # one whole line per event, whichever thread prints
+            print(f"[{name}] assigned {shown}", flush=True)
 
     c.subscribe([args.topic], on_assign=assigned)
     try:

@@ -117,7 +117,7 @@ def test_console_shows_groups_members_and_a_forced_rebalance(
         page.click("form[data-action=rebalance] button[type=submit]")
         assert "Force a rebalance of billing" in page.locator("#confirm-text").inner_text()
         page.click("#confirm-ok")
-        page.wait_for_selector("#action-status.ok")
+        done(page, "rebalance")
         # the clients see the new generation...
         env.wait(lambda: all(generation_seen(m) == gen + 1 for m in members),
                  "every consumer in the next generation", 30)  # fmt: skip
@@ -207,7 +207,12 @@ def post(node: CoordinatorProcess, path: str, body: Any) -> Any:
 def confirm(page: Any, form: str) -> None:
     page.click(f"form[data-action={form}] button[type=submit]")
     page.click("#confirm-ok")
-    page.wait_for_selector("#action-status.ok")
+    done(page, form)
+
+
+def done(page: Any, action: str) -> None:
+    """Until the page says this action is done (an earlier one's message does not count)."""
+    page.wait_for_selector(f"#action-status.ok:text-is('Done: {action}.')")
 
 
 IDLE_OFFSETS = {"offsets": [{"topic": "orders", "partition": 0, "offset": 9}]}
@@ -231,7 +236,7 @@ def test_console_actions_register_withdraw_reset_delete(billing: Billing) -> Non
         page.locator("#registrations li:has-text('billing-9')").wait_for()
         page.click("#registrations button[data-instance=billing-9]")
         page.click("#confirm-ok")
-        page.wait_for_selector("#action-status.ok")
+        done(page, "remove")
         assert api(node, "/groups/billing")["registered_static_members"] == []
         # an Empty group: reset its offsets, then delete it
         page.goto(node.admin_url + "/ui/groups/idle")
