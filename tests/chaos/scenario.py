@@ -786,11 +786,20 @@ class ChaosRun:
         all_acks = [(a.group, a.topic, a.partition, a.offset) for a in acks]
         all_acks += self.probe_acks + self.svc_acks
         real = []
+        by_committer: dict[tuple[str, str, int], dict[str, list[int]]] = {}
+        last_ack: dict[tuple[str, str, int], tuple[float, str]] = {}
         for c in self.consumers:
             for e in c.snapshot("committed"):
                 for p in e["partitions"]:
-                    real.append((c.group, CLIENT_TOPIC, p, int(e["offset"])))
+                    key = (c.group, CLIENT_TOPIC, p)
+                    real.append((*key, int(e["offset"])))
+                    by_committer.setdefault(key, {}).setdefault(c.name, []).append(int(e["offset"]))
+                    last_ack[key] = max(last_ack.get(key, (0.0, "")), (e["t"], c.name))
         all_acks += real
+        # each consumer works through its commands in order, so its own counters increase
+        last_committers = [
+            (*key, o) for key, (_t, name) in last_ack.items() for o in by_committer[key][name]
+        ]
         self.counts.acknowledged_commits = len(all_acks)
         self.counts.acknowledged_commits_real_clients = len(real)
         addresses = [n.address for n in self.nodes]
@@ -814,7 +823,7 @@ class ChaosRun:
 
         fetched = asyncio.run(fetch_all_bounded())
         logged = checks.offset_records(snap)
-        for v in checks.missing_ack_violations(all_acks, logged, fetched):
+        for v in checks.missing_ack_violations(all_acks, logged, fetched, last_committers):
             self.violation(v)
 
         self.counts.violations = len(self.violations)

@@ -104,6 +104,18 @@ def test_acknowledged_commits_must_be_logged_and_fetched() -> None:
     assert len(stale) == 1 and "answers 5" in stale[0]
 
 
+def test_a_partition_that_moved_is_held_to_its_last_committer() -> None:
+    """Consumer A committed 22 and lost the partition to B, which then worked through its
+    backlog (18, 20): the answer 20 is right, though 22 was acknowledged earlier; 19 is not."""
+    logged = checks.offset_records(snap(offsets("g", [22, 18, 20], [1, 1, 1])))
+    acks = [("g", "t", 0, 22), ("g", "t", 0, 18), ("g", "t", 0, 20)]
+    last = [("g", "t", 0, 18), ("g", "t", 0, 20)]
+    assert checks.missing_ack_violations(acks, logged, {"g": {("t", 0): 20}}, last) == []
+    stale = checks.missing_ack_violations(acks, logged, {"g": {("t", 0): 19}}, last)
+    assert len(stale) == 1 and "answers 19, but 20" in stale[0]
+    assert checks.missing_ack_violations(acks, logged, {"g": {("t", 0): 20}})  # without: 22
+
+
 def test_an_offset_appended_twice_is_caught() -> None:
     a = offsets("g", [1], [1])[0]
     assert checks.duplicate_offset_violations(snap([a, a._replace(live=False)]))
