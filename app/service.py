@@ -104,4 +104,11 @@ class CoordinatorService(Protocol):
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
     ) -> T: ...
 
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> Error:
+        """A Heartbeat's answer: `schedule_read` of the core's heartbeat, flattened (the
+        busiest request of a Stable fleet)."""
+        ...
+
     def read_all(self, op: Callable[[GroupCoordinator], list[T]]) -> tuple[list[T], bool]: ...

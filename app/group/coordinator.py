@@ -116,6 +116,19 @@ class GroupCoordinator:
     def heartbeat(self, req: HeartbeatRequest, now: int) -> HeartbeatResponse:
         return self._membership.heartbeat(req, now)
 
+    def heartbeat_error(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        now: int,
+    ) -> Error:
+        """`heartbeat` without the request and reply objects (the wire's hot path)."""
+        return self._membership.heartbeat_error(
+            group_id, generation_id, member_id, group_instance_id, now
+        )
+
     def leave_group(self, handle: int, req: LeaveGroupRequest, now: int) -> Result:
         return self._membership.leave_group(handle, req, now)
 
@@ -170,6 +183,12 @@ class GroupCoordinator:
 
     def next_deadline(self) -> int | None:
         return self._queue.next_deadline()
+
+    def deadline_bound(self) -> int | None:
+        """A lower bound of `next_deadline()` at the cost of one look (the lazy heap's top):
+        when it is not earlier than the armed timer, nothing needs re-arming."""
+        heap = self._heap
+        return heap[0][0] if heap else None
 
     def poll_timers(self, now: int) -> Result:
         out = Result()

@@ -8,6 +8,7 @@ its own records: the membership (GROUP_METADATA: the fields of `Group` itself), 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -57,6 +58,11 @@ class JoinPhase(Enum):
     REBALANCE = "rebalance"  # the rebalance timeout; completes early once all have joined
 
 
+def interned(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+    """The protocol names shared with every other member naming them (see Member)."""
+    return tuple((sys.intern(name), meta) for name, meta in protocols)
+
+
 @dataclass(slots=True)
 class Member:
     member_id: str
@@ -73,6 +79,16 @@ class Member:
     awaiting_join: int | None = None  # handle of the parked JoinGroup
     awaiting_sync: int | None = None  # handle of the parked SyncGroup
     is_new: bool = False
+
+    def __post_init__(self) -> None:
+        # Most members of a fleet share these strings (a client library's protocol names, a
+        # host, often a client id); each arrives as its own copy from the wire or the log.
+        # Interned, a member holds references, not copies (mortal: freed with their last
+        # member, so ids a client makes up cannot pile up).
+        self.client_id = sys.intern(self.client_id)
+        self.client_host = sys.intern(self.client_host)
+        self.protocol_type = sys.intern(self.protocol_type)
+        self.protocols = interned(self.protocols)
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, meta in self.protocols:
@@ -351,7 +367,7 @@ class Group:
 
     def update_protocols(self, member: Member, protocols: tuple[tuple[str, bytes], ...]) -> None:
         self._count(member, -1)
-        member.protocols = protocols
+        member.protocols = interned(protocols)
         self._count(member, +1)
 
     def set_awaiting_join(self, member: Member, handle: int | None) -> None:

@@ -236,13 +236,10 @@ def decode_heartbeat(req: Any) -> HeartbeatRequest:
 def handle_heartbeat(ctx: RequestContext, req: Any) -> bytes:
     internal = decode_heartbeat(req)
     authorize_group(ctx, AclOperation.READ, internal.group_id)
-    require_group_id(internal.group_id)
-    resp = ctx.service.schedule_read(
-        internal.group_id,
-        lambda core, now: core.heartbeat(internal, now),
-        Error.NONE,  # protocol.md §10.4: a heartbeat while loading is answered NONE
+    error = ctx.service.heartbeat(
+        internal.group_id, internal.generation_id, internal.member_id, internal.group_instance_id
     )
-    return encode_heartbeat_body(resp.error, ctx.api_version)
+    return encode_heartbeat_body(error, ctx.api_version)
 
 
 def heartbeat_error(ctx: RequestContext, req: Any, error: Error) -> bytes:

@@ -34,6 +34,8 @@ from app.kafka.context import (
     drive,
     reply_error_code,
 )
+from app.kafka.group_apis import HEARTBEAT
+from app.kafka.hot import HeartbeatFields, heartbeat_reply, read_heartbeat
 from app.kafka.limits import (
     HEAVY_FRAME_BYTES,
     SHED_CHECK_S,
@@ -42,6 +44,7 @@ from app.kafka.limits import (
     ServerLimits,
 )
 from app.kafka.sasl_apis import PRE_AUTH_APIS, PRE_AUTH_MAX_FRAME
+from app.security.acl import AclOperation, ResourceType
 from app.security.listeners import Listener, SecurityProtocol
 from app.security.manager import SecurityManager
 from app.security.principal import ANONYMOUS, certificate_principal
@@ -289,6 +292,11 @@ class KafkaConnection(asyncio.Protocol):
                 return
             self.abort(f"unsupported request {api_name(api_key)} (key {api_key}) v{version}")
             return
+        if api_key == HEARTBEAT:
+            fields = read_heartbeat(frame, version, self._decode_limits.max_client_id_bytes)
+            if fields is not None:
+                self._heartbeat(fields, version, correlation_id)
+                return
         try:
             header, body = entry.decode(frame, self._decode_limits)
         except Exception as exc:
@@ -326,6 +334,27 @@ class KafkaConnection(asyncio.Protocol):
         data = self._encode(entry, ctx, body, correlation_id, result)
         if data:
             self._emit(data)
+
+    def _heartbeat(self, fields: HeartbeatFields, version: int, correlation_id: int) -> None:
+        """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and
+        `_error_result` do, without a request context or kio."""
+        group_id, generation_id, member_id, instance_id = fields
+        security = self._security
+        if security is not None and not security.authorize(
+            self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
+        ):
+            error = Error.GROUP_AUTHORIZATION_FAILED
+        else:
+            try:
+                error = self._service.heartbeat(group_id, generation_id, member_id, instance_id)
+            except CoordinatorError as exc:
+                error = exc.error
+            except Exception:
+                log.exception("Heartbeat v%d from %s failed", version, self._peer)
+                error = Error.UNKNOWN_SERVER_ERROR
+        if self._observe is not None:
+            self._observe("Heartbeat", version, error)
+        self._emit(heartbeat_reply(correlation_id, version, error))
 
     def _before_authentication(self, frame: bytes) -> bool:
         """Kafka's rule for a SASL listener: before authentication only ApiVersions and the

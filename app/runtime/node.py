@@ -90,11 +90,13 @@ class CoordinatorNode:
         )
         self.metrics.attach(self)
         writer.on_commit = self.metrics.observe_append
-        self._request_counters: dict[tuple[str, int, int], Any] = {}
+        # the Kafka listener's per-request hook (app/kafka/server.py)
+        self.observe_request = self.metrics.observe_request
         self._tasks: list[asyncio.Task[None]] = []
         # the service's group operations are the runtime's own
         self.schedule_write = self.runtime.schedule_write
         self.schedule_read = self.runtime.schedule_read
+        self.heartbeat = self.runtime.heartbeat
         self.read_all = self.runtime.read_all
 
     # ==== what tests, the admin API and the metrics read ========================================
@@ -195,15 +197,6 @@ class CoordinatorNode:
 
     def observe_loop_lag(self, lag: float) -> None:
         self.metrics.observe_loop_lag(lag)
-
-    def observe_request(self, api: str, version: int, error: int) -> None:
-        # the labelled child is looked up once per (api, version, error): prometheus-client's
-        # labels() costs more than the rest of a Heartbeat's handling
-        child = self._request_counters.get((api, version, error))
-        if child is None:
-            child = self.metrics.requests.labels(api, str(version), str(error))
-            self._request_counters[(api, version, error)] = child
-        child.inc()
 
     # ==== lifecycle =============================================================================
 

@@ -186,6 +186,26 @@ class CoordinatorRuntime:
         self.arm(p)
         return answer
 
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> Error:
+        """`schedule_read(core.heartbeat)` for the wire's hot path: same answers and errors
+        (CoordinatorError when the group is not served here; NONE while loading,
+        protocol.md §10.4), without the request and reply objects."""
+        if not group_id:
+            raise CoordinatorError(Error.INVALID_GROUP_ID)
+        p = self.route(group_id, Error.NONE)
+        core = p.core
+        assert core is not None
+        error = core.heartbeat_error(
+            group_id, generation_id, member_id, group_instance_id, now_ms()
+        )
+        # a heartbeat moves its member's deadline later: re-arming is rarely needed
+        armed = p.armed_deadline
+        if armed is None or ((bound := core.deadline_bound()) is not None and bound < armed):
+            self.arm(p)
+        return error
+
     def read_all(self, op: Callable[[GroupCoordinator], list[T]]) -> tuple[list[T], bool]:
         """`op` over every loaded partition, and whether some partition is still loading."""
         out: list[T] = []

@@ -201,7 +201,7 @@ async def test_unknown_tagged_field_on_the_wire_is_skipped(client: KafkaTestClie
 # --- handler failures (fault injection into the real node) -----------------------------------
 
 
-@pytest.mark.parametrize("method", ["heartbeat", "join_group", "offset_fetch"])
+@pytest.mark.parametrize("method", ["heartbeat_error", "join_group", "offset_fetch"])
 async def test_handler_exception_becomes_unknown_server_error(
     node: RunningNode,
     client: KafkaTestClient,
@@ -216,7 +216,7 @@ async def test_handler_exception_becomes_unknown_server_error(
 
     monkeypatch.setattr(GroupCoordinator, method, broken)  # a bug in the core's handler
     with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
-        if method == "heartbeat":
+        if method == "heartbeat_error":  # the hot path's entry into the core
             error = (await client.heartbeat("boom", gen, member)).error_code
         elif method == "join_group":
             error = (await client.join_group("boom", member, version=7)).error_code

@@ -1,0 +1,107 @@
+"""Heartbeat's hot path beside kio: the request read with `struct`, the reply packed by hand.
+
+Heartbeats are most of a Stable fleet's traffic (one per member every few seconds), and kio's
+generic reader plus a request context cost several times the work the coordinator does for one.
+A frame in the shape every client sends (no tagged fields, one-byte compact lengths, valid
+UTF-8, nothing after the last field) is read here. Anything else returns None and takes the
+generic path (bounds walk, kio), which answers or rejects it exactly as before; the fuzz and
+codec tests hold both paths to the same answers (tests/protocol/test_hot_heartbeat.py).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from app.group.messages import Error
+from app.kafka.codec import frame_response
+from app.kafka.group_apis import encode_heartbeat_body
+
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_SIZE_CORR: Final = struct.Struct(">ii")
+
+# group id, generation id, member id, group instance id
+HeartbeatFields = tuple[str, int, str, str | None]
+
+
+def read_heartbeat(frame: bytes, version: int, max_client_id: int) -> HeartbeatFields | None:
+    """The fields of the Heartbeat (v0-4) in `frame` (header included, no size prefix), or
+    None when the frame is not in the common shape and the generic reader must look at it."""
+    try:
+        # request header v1/v2: api key, version, correlation id, then the client id
+        (n,) = _I16.unpack_from(frame, 8)
+        if n > max_client_id:
+            return None
+        pos = 10 + (n if n > 0 else 0)
+        if version >= 4:
+            if frame[pos]:  # header tagged fields
+                return None
+            pos += 1
+            # compact strings: uvarint(length + 1), one byte for ids under 127 bytes
+            size = frame[pos] - 1
+            if size < 0 or size >= 0x7F:
+                return None
+            pos += 1
+            group_id = frame[pos : pos + size].decode()
+            pos += size
+            (generation,) = _I32.unpack_from(frame, pos)
+            pos += 4
+            size = frame[pos] - 1
+            if size < 0 or size >= 0x7F:
+                return None
+            pos += 1
+            member_id = frame[pos : pos + size].decode()
+            pos += size
+            size = frame[pos] - 1
+            if size == -1:
+                instance_id = None
+            elif size >= 0x7F:
+                return None
+            else:
+                instance_id = frame[pos + 1 : pos + 1 + size].decode()
+                pos += size
+            pos += 1
+            if frame[pos]:  # body tagged fields
+                return None
+            pos += 1
+        else:
+            (size,) = _I16.unpack_from(frame, pos)
+            if size < 0:
+                return None
+            pos += 2
+            group_id = frame[pos : pos + size].decode()
+            pos += size
+            (generation,) = _I32.unpack_from(frame, pos)
+            pos += 4
+            (size,) = _I16.unpack_from(frame, pos)
+            if size < 0:
+                return None
+            pos += 2
+            member_id = frame[pos : pos + size].decode()
+            pos += size
+            instance_id = None
+            if version >= 3:
+                (size,) = _I16.unpack_from(frame, pos)
+                pos += 2
+                if size >= 0:
+                    instance_id = frame[pos : pos + size].decode()
+                    pos += size
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return None
+    if pos != len(frame):  # short strings (a slice past the end is short) or trailing bytes
+        return None
+    return group_id, generation, member_id, instance_id
+
+
+# (version, error) -> the reply frame after the size and correlation id; a handful of entries
+_REPLY_TAILS: dict[tuple[int, Error], bytes] = {}
+
+
+def heartbeat_reply(correlation_id: int, version: int, error: Error) -> bytes:
+    """The whole reply frame: the bytes `frame_response(encode_heartbeat_body(...))` makes."""
+    tail = _REPLY_TAILS.get((version, error))
+    if tail is None:
+        whole = frame_response(0, version >= 4, encode_heartbeat_body(error, version))
+        tail = _REPLY_TAILS[(version, error)] = whole[8:]
+    return _SIZE_CORR.pack(len(tail) + 4, correlation_id) + tail

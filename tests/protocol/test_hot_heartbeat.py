@@ -1,0 +1,116 @@
+"""Heartbeat's hot path (app/kafka/hot.py) reads what kio reads and answers the bytes kio writes;
+every frame outside its common shape goes to the generic path, which decides as before."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kio.schema.errors import ErrorCode
+from prometheus_client import generate_latest
+
+from app.group.messages import Error
+from app.kafka.apis import version_table
+from app.kafka.codec import build, encode_body, frame_response, response_class
+from app.kafka.group_apis import decode_heartbeat
+from app.kafka.hot import heartbeat_reply, read_heartbeat
+from membership.wire import encode_request
+from tests.protocol.groups import stable_group
+from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient
+
+MAX_CLIENT_ID = 4096
+CASES = [
+    ("g", 7, "m-1", None, "client"),
+    ("grüße", -1, "", "inst-ü", None),  # UTF-8, empty member id, null client id
+    ("g" * 126, 2**31 - 1, "m" * 126, "i" * 126, "c" * 300),  # the longest one-byte lengths
+]
+
+
+def frame_of(
+    version: int, group: str, gen: int, member: str, inst: str | None, cid: str | None
+) -> bytes:
+    cls = version_table()[(12, version)].request_cls
+    values = {"group_id": group, "generation_id": gen, "member_id": member}
+    if version >= 3:
+        values["group_instance_id"] = inst
+    return encode_request(build(cls, **values), 42, cid)[4:]
+
+
+@pytest.mark.parametrize("version", range(5))
+@pytest.mark.parametrize("case", CASES)
+def test_the_hot_reader_reads_what_kio_reads(
+    version: int, case: tuple[str, int, str, str | None, str | None]
+) -> None:
+    frame = frame_of(version, *case)
+    _header, body = version_table()[(12, version)].decode(frame)
+    kio = decode_heartbeat(body)
+    assert read_heartbeat(frame, version, MAX_CLIENT_ID) == (
+        kio.group_id,
+        kio.generation_id,
+        kio.member_id,
+        kio.group_instance_id,
+    )
+
+
+@pytest.mark.parametrize("version", range(5))
+@pytest.mark.parametrize(
+    "error",
+    [Error.NONE, Error.REBALANCE_IN_PROGRESS, Error.FENCED_INSTANCE_ID, Error.NOT_COORDINATOR],
+)
+def test_the_hot_reply_is_the_bytes_kio_writes(version: int, error: Error) -> None:
+    entry = version_table()[(12, version)]
+    kio = build(response_class(12, version), error_code=ErrorCode(error))
+    expected = frame_response(-5, entry.flexible_response_header, encode_body(kio))
+    assert heartbeat_reply(-5, version, error) == expected
+    assert heartbeat_reply(-5, version, error) == expected  # and again, from its cache
+
+
+def test_frames_outside_the_common_shape_go_to_the_generic_reader() -> None:
+    v4 = frame_of(4, "g", 1, "m", None, "c")
+    assert read_heartbeat(v4, 4, MAX_CLIENT_ID) is not None
+    tagged = v4[:-1] + b"\x01\x63\x02hi"  # a tagged field in the body
+    header_tagged = v4[:11] + b"\x01\x63\x00" + v4[12:]
+    long_id = frame_of(4, "g" * 127, 1, "m", None, "c")  # a two-byte compact length
+    v0 = frame_of(0, "g", 1, "m", None, "c")
+    for frame, version in [
+        (tagged, 4),
+        (header_tagged, 4),
+        (long_id, 4),
+        (v4 + b"\x00", 4),  # trailing bytes
+        (v4[:-3], 4),  # truncated
+        (v0[:-1], 0),
+        (v0 + b"x", 0),
+        (v0.replace(b"\x00\x01g", b"\xff\xffg", 1), 0),  # a null group id
+        (v0.replace(b"\x00\x01m", b"\x00\x01\xff", 1), 0),  # not UTF-8
+    ]:
+        assert read_heartbeat(frame, version, MAX_CLIENT_ID) is None, frame
+    # a client id over the bound is the generic reader's to reject
+    assert read_heartbeat(frame_of(1, "g", 1, "m", None, "c" * 10), 1, 9) is None
+
+
+async def test_both_paths_answer_alike_and_are_counted(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    member, gen = await stable_group(client, "hot", group_instance_id="hot-i")
+    # the common shape takes the hot path; a tagged field sends the same request the generic way
+    common = frame_of(4, "hot", gen, member, "hot-i", "c")[12:]  # body after header v2
+    assert common[:4] == b"\x04hot"
+    tagged = common[:-1] + b"\x01\x63\x02hi"
+    schema = response_class(12, 4)
+    for body in (common, tagged):
+        resp = await client.request_raw(12, 4, body, schema, flexible_header=True)
+        assert resp.error_code == Error.NONE
+        stale = body.replace(struct.pack(">i", gen), struct.pack(">i", gen + 1), 1)
+        resp = await client.request_raw(12, 4, stale, schema, flexible_header=True)
+        assert resp.error_code == Error.ILLEGAL_GENERATION
+        fenced = body.replace(member.encode(), b"x" * len(member), 1)
+        resp = await client.request_raw(12, 4, fenced, schema, flexible_header=True)
+        assert resp.error_code == Error.FENCED_INSTANCE_ID
+    for v in range(4):  # every older version the hot path reads
+        assert (await client.heartbeat("hot", gen, member, version=v)).error_code == Error.NONE
+    metrics = generate_latest(node.node.metrics.registry).decode()
+    assert 'coordinator_requests_total{api="Heartbeat",error="0",version="4"} 2.0' in metrics
+    assert 'coordinator_requests_total{api="Heartbeat",error="22",version="4"} 2.0' in metrics
+    assert 'coordinator_requests_total{api="Heartbeat",error="82",version="4"} 2.0' in metrics
+    assert 'coordinator_requests_total{api="Heartbeat",error="0",version="0"} 1.0' in metrics
