@@ -36,7 +36,7 @@ from app.group.results import (
     group_write_error,
 )
 from app.group.state import DurableStatic, Group, GroupState, Member
-from app.group.timers import TimerKind, TimerQueue, heartbeat_key, pending_key
+from app.group.timers import TimerQueue, heartbeat_key, pending_key
 
 log = logging.getLogger(__name__)
 
@@ -457,10 +457,10 @@ class Membership:
         if state is GroupState.EMPTY:
             return Error.UNKNOWN_MEMBER_ID
         member = group.members[member_id]
-        # the queue directly, one call fewer than reschedule_session; the key holds the
+        # the queue directly, one call fewer than reschedule_session; the timer holds the
         # group's and member's own strings, not the request's
-        self.queue.schedule(
-            (TimerKind.HEARTBEAT, group.group_id, member.member_id), now + member.session_timeout_ms
+        self.queue.schedule_session(
+            group.group_id, member.member_id, now + member.session_timeout_ms
         )
         if state is GroupState.PREPARING_REBALANCE:
             return Error.REBALANCE_IN_PROGRESS
