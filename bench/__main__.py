@@ -29,6 +29,7 @@ FIGURES = {
     "kafka": "bench.kafka_peer",
     "hostile": "bench.hostile",
     "security": "bench.security",
+    "scaleout": "bench.scaleout",
 }
 
 

@@ -158,12 +158,18 @@ async def form_groups(port: int, groups: int) -> tuple[list[list[bytes]], int]:
         await KafkaTestClient.connect("127.0.0.1", port, client_id=f"hb-{g}") for g in range(groups)
     ]
     try:
-        got = await asyncio.gather(
-            *(_form_group(c, f"hb-group-{g}") for g, c in enumerate(clients))
-        )
+        return await form_named_groups(clients, [f"hb-group-{g}" for g in range(groups)])
     finally:
         for c in clients:
             await c.close()
+
+
+async def form_named_groups(
+    clients: list[KafkaTestClient], names: list[str]
+) -> tuple[list[list[bytes]], int]:
+    """`form_groups` for groups of given names, one per client (bench/scaleout.py places
+    them on the node that coordinates them)."""
+    got = await asyncio.gather(*(_form_group(c, g) for g, c in zip(names, clients, strict=True)))
     sizes = {size for _, size in got}
     if len(sizes) != 1:
         raise RuntimeError(f"Heartbeat replies of several sizes: {sizes}")
