@@ -32,10 +32,9 @@ from app.group.records import RecordType
 from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
-    OFFSET_SCHEMA,
     REGISTRATION_SCHEMA,
     decode_group_batches,
-    decode_offset_batches,
+    decode_offsets,
     decode_registration_batches,
 )
 from pipeline.spark import log, progress
@@ -587,13 +586,19 @@ class Audit:
     # ---- offset commits ------------------------------------------------------------------------
 
     def _commits(self, recs: Any, records: Any) -> Any:
+        """Offset commits in one pass: decode, the generation as of the log, each partition's
+        sequence, and per partition the activity, the count checked for monotonic offsets and
+        the rare rows an invariant reports (violations, records that do not decode). Only those
+        few rows per partition are kept: the 10M commits are never cached."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         off = (
-            recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value)
-            .select(*INPUT_COLUMNS)
-            .mapInArrow(decode_offset_batches, _spark_schema(OFFSET_SCHEMA))
+            decode_offsets(
+                recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value).select(
+                    *INPUT_COLUMNS
+                )
+            )
             .withColumn("ok", F.col("key_ok") & F.col("value_ok"))
             .select(
                 "group_id",
@@ -601,7 +606,6 @@ class Audit:
                 "partition",
                 "log_partition",
                 "log_offset",
-                "append_time_ms",
                 "tombstone",
                 "committed_offset",
                 "commit_timestamp_ms",
@@ -635,12 +639,15 @@ class Audit:
             .withColumn("incarnation", F.coalesce("m_inc", F.lit(0)))
             .drop("m_group", "m_part", "m_from", "m_to", "m_gen", "m_inc")
         )
-        # records that do not decode stay in the table (flagged, `ok` false) but never stand
-        # next to a good one in a partition's sequence
-        tp = Window.partitionBy("group_id", "topic", "partition", "ok").orderBy(
-            "log_partition", "log_offset"
+        # Each partition's sequence in log order. Records that do not decode (`ok` false) never
+        # stand next to a good one: they sort first and a row only looks back at a row with
+        # the same `ok`. Partitioning by the partition alone (not by `ok` too) lets the
+        # aggregate below run on the same shuffle as the window.
+        keys = ["group_id", "topic", "partition"]
+        tp = Window.partitionBy(*keys).orderBy("ok", "log_partition", "log_offset")
+        prev_ok = (F.lag("ok").over(tp) == F.col("ok")) & (
+            F.lag("tombstone").over(tp) == F.lit(False)
         )
-        prev_ok = F.lag("tombstone").over(tp) == F.lit(False)
         prev_off = F.lag("committed_offset").over(tp)
         both_live = prev_ok & ~F.col("tombstone")
         commits = (
@@ -658,37 +665,66 @@ class Audit:
                 & (F.col("incarnation") == F.col("prev_incarnation")),
             )
         )
-        commits = self.persist(commits)
-        self._bad_offsets = commits.filter(~F.col("ok"))
-        return commits
+        ok = F.col("ok")
 
-    def _commit_activity(self, commits: Any) -> Any:
-        from pyspark.sql import functions as F
-
-        commits = commits.filter(F.col("ok"))
+        def good(c: Any) -> Any:  # the activity counts decoded records only
+            return F.when(ok, c)
 
         live = ~F.col("tombstone")
-        order = F.when(live, F.col("log_offset"))
-        activity = commits.groupBy("group_id", "topic", "partition").agg(
-            F.sum(live.cast("long")).alias("commits"),
-            F.sum((live & (F.col("source") != SOURCE_RESET)).cast("long")).alias("member_commits"),
-            F.sum((F.col("source") == SOURCE_RESET).cast("long")).alias("resets"),
-            F.sum(F.col("tombstone").cast("long")).alias("tombstones"),
-            F.min("commit_timestamp_ms").alias("first_commit_ms"),
-            F.max("commit_timestamp_ms").alias("last_commit_ms"),
+        order = F.when(ok & live, F.col("log_offset"))
+        delta = F.col("delta")
+        flagged = F.col("violation") | ~ok
+        per_partition = commits.groupBy(*keys).agg(
+            F.sum(good(live.cast("long"))).alias("commits"),
+            F.sum(good((live & (F.col("source") != SOURCE_RESET)).cast("long"))).alias(
+                "member_commits"
+            ),
+            F.sum(good((F.col("source") == SOURCE_RESET).cast("long"))).alias("resets"),
+            F.sum(good(F.col("tombstone").cast("long"))).alias("tombstones"),
+            F.min(good(F.col("commit_timestamp_ms"))).alias("first_commit_ms"),
+            F.max(good(F.col("commit_timestamp_ms"))).alias("last_commit_ms"),
             F.min_by("committed_offset", order).alias("first_offset"),
             F.max_by("committed_offset", order).alias("last_offset"),
-            F.min("committed_offset").alias("min_offset"),
-            F.max("committed_offset").alias("max_offset"),
-            F.coalesce(F.sum(F.when(F.col("delta") > 0, F.col("delta"))), F.lit(0)).alias(
-                "offset_advance"
-            ),
-            F.coalesce(F.sum(F.when(F.col("delta") < 0, -F.col("delta"))), F.lit(0)).alias(
-                "offset_rewound"
-            ),
-            F.sum(F.col("regression").cast("long")).alias("regressions"),
-            F.sum(F.col("violation").cast("long")).alias("violations"),
-            F.countDistinct("generation").alias("generations"),
+            F.min(good(F.col("committed_offset"))).alias("min_offset"),
+            F.max(good(F.col("committed_offset"))).alias("max_offset"),
+            F.coalesce(F.sum(F.when(ok & (delta > 0), delta)), F.lit(0)).alias("offset_advance"),
+            F.coalesce(F.sum(F.when(ok & (delta < 0), -delta)), F.lit(0)).alias("offset_rewound"),
+            F.sum(good(F.col("regression").cast("long"))).alias("regressions"),
+            F.sum(good(F.col("violation").cast("long"))).alias("violations"),
+            F.size(F.collect_set(good(F.col("generation")))).cast("long").alias("generations"),
+            F.count(good(F.lit(1))).alias("_decoded"),
+            F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
+            F.collect_list(
+                F.when(
+                    flagged,
+                    F.struct(
+                        "ok",
+                        "violation",
+                        "group_id",
+                        "topic",
+                        "partition",
+                        "generation",
+                        "log_partition",
+                        "log_offset",
+                        "committed_offset",
+                        "prev_committed_offset",
+                    ),
+                )
+            ).alias("_flagged"),
+        )
+        self._commit_partitions = self.persist(per_partition)
+        flagged_rows = self._commit_partitions.select(F.explode("_flagged").alias("r")).select(
+            "r.*"
+        )
+        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
+        self._offset_violations = flagged_rows.filter(F.col("violation"))
+        return self._commit_partitions
+
+    def _commit_activity(self, per_partition: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        activity = per_partition.filter(F.col("_decoded") > 0).drop(
+            "_decoded", "_checked", "_flagged"
         )
         return self.write("commit_activity", activity)
 
@@ -776,12 +812,12 @@ class Audit:
         )
 
         # committed offsets never go backwards within a generation (resets excepted)
-        checked["offsets_monotonic_within_generation"] = commits.filter(
-            F.col("ok") & F.col("prev_committed_offset").isNotNull()
+        checked["offsets_monotonic_within_generation"] = int(
+            commits.agg(F.sum("_checked")).collect()[0][0] or 0
         )
         found.append(
             v(
-                commits.filter(F.col("violation")),
+                self._offset_violations,
                 "offsets_monotonic_within_generation",
                 F.format_string(
                     "%s-%d: offset %d after %d in generation %d",

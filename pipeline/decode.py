@@ -10,6 +10,7 @@ coordinator replays.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -366,3 +367,114 @@ def decode_offset_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Reco
     for batch in batches:
         if batch.num_rows:
             yield decode_offset_batch(batch)
+
+
+# ==== offset commits with Spark's own expressions (the audit's decoder) =======================
+# The same layout and the same answers as `decode_offset_batch` above, column for column, but
+# as Spark SQL expressions: the JVM decodes the bulk of the log in its own scan, with no Python
+# worker and no Arrow round trip. A big-endian integer is `conv(hex(substring(...)), 16, ..)`
+# (binary cannot be cast to a number); `decode_offset_batch` stays as the reference the tests
+# compare it with.
+
+
+def _sql_int(b: Any, pos: Any, nbytes: int, ok: Any) -> Any:
+    """The big-endian signed integer of `nbytes` at 0-based `pos` of binary column `b`, 0 where
+    not `ok` (as `_be`/`_signed` do)."""
+    from pyspark.sql import functions as F
+
+    raw = F.hex(b.substr(pos + 1, F.lit(nbytes)))
+    if nbytes == 8:
+        v = F.conv(raw, 16, -10).cast("long")  # a negative base: read as signed 64-bit
+    else:
+        u = F.conv(raw, 16, 10).cast("long")
+        v = F.when(u >= 1 << (8 * nbytes - 1), u - (1 << (8 * nbytes))).otherwise(u)
+    return F.when(ok, v).otherwise(F.lit(0).cast("long"))
+
+
+def decode_offsets_sql(rows: Any) -> Any:
+    """OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows, decoded by Spark expressions.
+
+    Each step reads the columns the step before computed (a field's position depends on the
+    lengths before it): the plan stays a chain of small projections rather than one expression
+    that repeats every length in every field after it."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    zero = F.lit(0).cast("long")
+    base = [c(n) for n in ("log_partition", "log_offset", "append_time_ms")]
+    df = rows.select(
+        *base,
+        F.coalesce(c("key"), F.lit(bytearray())).alias("key"),  # a null key reads as empty
+        c("value"),
+    ).select(
+        "*",
+        F.length("key").cast("long").alias("_kl"),
+        c("value").isNotNull().alias("_live"),
+        F.coalesce(F.length("value").cast("long"), zero).alias("_vl"),
+    )
+    # key: version(2) glen(4) group topic-len(4) topic partition(4)
+    # value: version(2) offset(8) epoch(4) mlen(4) metadata commit_ts(8) expire_ts(8) [source(2)]
+    df = df.select(
+        "*",
+        _sql_int(c("key"), F.lit(2), 4, c("_kl") >= 6).alias("_glen"),
+        (c("_live") & (c("_vl") >= 18)).alias("_vok1"),
+    ).select(
+        "*",
+        _sql_int(c("value"), F.lit(0), 2, c("_vok1")).alias("_version"),
+        _sql_int(c("value"), F.lit(14), 4, c("_vok1")).alias("_mlen"),
+    )
+    ok = (c("_kl") >= 6) & (c("_glen") >= 0) & (c("_kl") >= c("_glen") + 10)
+    need = F.when(c("_mlen") >= 0, c("_mlen")).otherwise(0) + F.when(
+        c("_version") >= 1, 36
+    ).otherwise(34)
+    vok = c("_vok1") & (c("_mlen") >= 0) & (c("_vl") >= need)
+    df = df.select("*", ok.alias("_ok1"), vok.alias("_vok")).select(
+        "*",
+        F.when(c("_ok1"), c("_glen")).otherwise(zero).alias("_g"),
+        F.when(c("_vok"), c("_mlen")).otherwise(zero).alias("_m"),
+    )
+    df = df.select("*", _sql_int(c("key"), c("_g") + 6, 4, c("_ok1")).alias("_tlen"))
+    ok = c("_ok1") & (c("_tlen") >= 0) & (c("_kl") >= c("_g") + c("_tlen") + 14)
+    df = df.select("*", ok.alias("_ok")).select(
+        "*", F.when(c("_ok"), c("_tlen")).otherwise(zero).alias("_t")
+    )
+
+    def live_only(col: Any, typ: str) -> Any:
+        return F.when(c("_live"), col.cast(typ))
+
+    decoded = {
+        "group_id": c("key").substr(F.lit(7), c("_g").cast("int")).cast("string"),
+        "topic": c("key").substr((c("_g") + 11).cast("int"), c("_t").cast("int")).cast("string"),
+        "partition": _sql_int(c("key"), c("_g") + c("_t") + 10, 4, c("_ok")).cast("int"),
+        "tombstone": ~c("_live"),
+        "value_version": live_only(c("_version"), "smallint"),
+        "committed_offset": live_only(_sql_int(c("value"), F.lit(2), 8, c("_vok")), "long"),
+        "leader_epoch": live_only(_sql_int(c("value"), F.lit(10), 4, c("_vok")), "int"),
+        "commit_timestamp_ms": live_only(_sql_int(c("value"), c("_m") + 18, 8, c("_vok")), "long"),
+        "expire_timestamp_ms": live_only(_sql_int(c("value"), c("_m") + 26, 8, c("_vok")), "long"),
+        "source": live_only(
+            _sql_int(c("value"), c("_m") + 34, 2, c("_vok") & (c("_version") >= 1)), "smallint"
+        ),
+        "key_ok": c("_ok"),
+        "value_ok": ~c("_live") | c("_vok"),
+    }
+    return df.select(
+        *(decoded[f.name].alias(f.name) if f.name in decoded else c(f.name) for f in OFFSET_SCHEMA)
+    )
+
+
+# "sql": Spark expressions on the JVM (decode_offsets_sql); "arrow": numpy over Arrow batches
+# in Python workers (decode_offset_batches). Both give the same rows (tests/pipeline).
+OFFSET_DECODER = os.environ.get("AUDIT_OFFSET_DECODER", "arrow")
+
+
+def decode_offsets(rows: Any, method: str | None = None) -> Any:
+    """OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows."""
+    method = method or OFFSET_DECODER
+    if method == "sql":
+        return decode_offsets_sql(rows)
+    if method == "arrow":
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return rows.mapInArrow(decode_offset_batches, from_arrow_schema(OFFSET_SCHEMA))
+    raise ValueError(f"unknown offset decoder {method!r} (sql or arrow)")
