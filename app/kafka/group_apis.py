@@ -43,6 +43,7 @@ U = TypeVar("U")
 
 JOIN_GROUP: Final = 11
 HEARTBEAT: Final = 12
+HEARTBEAT_MAX_VERSION: Final = 4
 LEAVE_GROUP: Final = 13
 SYNC_GROUP: Final = 14
 DESCRIBE_GROUPS: Final = 15
@@ -460,7 +461,7 @@ def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 
 APIS: Final = (
     Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error),
-    Api(HEARTBEAT, "Heartbeat", 0, 4, handle_heartbeat, heartbeat_error),
+    Api(HEARTBEAT, "Heartbeat", 0, HEARTBEAT_MAX_VERSION, handle_heartbeat, heartbeat_error),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),
     Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group, sync_group_error),
     Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, handle_describe_groups, describe_groups_error),

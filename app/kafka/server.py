@@ -34,7 +34,7 @@ from app.kafka.context import (
     drive,
     reply_error_code,
 )
-from app.kafka.group_apis import HEARTBEAT
+from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION
 from app.kafka.hot import HeartbeatFields, heartbeat_reply, read_heartbeat
 from app.kafka.limits import (
     HEAVY_FRAME_BYTES,
@@ -285,6 +285,11 @@ class KafkaConnection(asyncio.Protocol):
         if not self.authenticated and not self._before_authentication(frame):
             return
         api_key, version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
+        if api_key == HEARTBEAT and 0 <= version <= HEARTBEAT_MAX_VERSION:
+            fields = read_heartbeat(frame, version, self._decode_limits.max_client_id_bytes)
+            if fields is not None:
+                self._heartbeat(fields, version, correlation_id)
+                return
         entry = self._table.get((api_key, version))
         if entry is None:
             if api_key == API_VERSIONS:
@@ -292,11 +297,6 @@ class KafkaConnection(asyncio.Protocol):
                 return
             self.abort(f"unsupported request {api_name(api_key)} (key {api_key}) v{version}")
             return
-        if api_key == HEARTBEAT:
-            fields = read_heartbeat(frame, version, self._decode_limits.max_client_id_bytes)
-            if fields is not None:
-                self._heartbeat(fields, version, correlation_id)
-                return
         try:
             header, body = entry.decode(frame, self._decode_limits)
         except Exception as exc:
@@ -354,7 +354,15 @@ class KafkaConnection(asyncio.Protocol):
                 error = Error.UNKNOWN_SERVER_ERROR
         if self._observe is not None:
             self._observe("Heartbeat", version, error)
-        self._emit(heartbeat_reply(correlation_id, version, error))
+        reply = heartbeat_reply(correlation_id, version, error)
+        if self._slots:
+            self._emit(reply)  # behind a reply still being computed
+            return
+        self._out.append(reply)  # `_write`, inlined
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._write_out)
 
     def _before_authentication(self, frame: bytes) -> bool:
         """Kafka's rule for a SASL listener: before authentication only ApiVersions and the
