@@ -32,6 +32,7 @@ from app.group.messages import (
 from app.group.state import GroupState
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
+from app.kafka.group_replies import join_group_body, sync_group_body
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.service import CoordinatorError
 
@@ -120,6 +121,17 @@ def decode_join_group(req: Any, client_id: str = "", client_host: str = "") -> J
 
 
 def encode_join_group(resp: JoinGroupResponse, version: int) -> Any:
+    """The reply body, packed with struct (app/kafka/group_replies.py: kio's bytes).
+
+    v1 stays a kio object: the metrics read a hand-packed body's error code after a
+    throttle_time_ms from v1 on (`context.reply_error_code`, Heartbeat's layout), and JoinGroup
+    v1 has none."""
+    if version == 1:
+        return kio_join_group(resp, version)
+    return join_group_body(resp, version)
+
+
+def kio_join_group(resp: JoinGroupResponse, version: int) -> Any:
     protocol_name = resp.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""  # non-nullable before v7 (KIP-559)
@@ -177,14 +189,9 @@ def decode_sync_group(req: Any) -> SyncGroupRequest:
     )
 
 
-def encode_sync_group(resp: SyncGroupResponse, version: int) -> Any:
-    return build(
-        response_class(SYNC_GROUP, version),
-        error_code=resp.error,
-        protocol_type=resp.protocol_type,
-        protocol_name=resp.protocol_name,
-        assignment=resp.assignment,
-    )
+def encode_sync_group(resp: SyncGroupResponse, version: int) -> bytes:
+    """The reply body, packed with struct (app/kafka/group_replies.py: kio's bytes)."""
+    return sync_group_body(resp, version)
 
 
 async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:

@@ -1,0 +1,157 @@
+"""JoinGroup and SyncGroup reply bodies packed with `struct`, beside kio.
+
+A rebalance of N members sends 2N of these replies in one burst, and kio's pure-Python writer
+(build the versioned entity, validate every field, walk the schema) cost more than the
+coordinator's own work for them (issue 16). These functions write the very bytes kio writes for
+every version the node serves (JoinGroup v0-9, SyncGroup v0-5), from the internal responses;
+tests/protocol/test_group_replies.py holds them to kio's encoding byte for byte, version by
+version, over generated responses.
+
+Layouts (Kafka's JoinGroupResponse.json / SyncGroupResponse.json):
+- JoinGroup: [throttle_time_ms v2+] error_code generation_id [protocol_type v7+, nullable]
+  protocol_name (nullable v7+) leader [skip_assignment v9+] member_id
+  members[member_id, group_instance_id v5+ (nullable), metadata]; flexible (compact lengths,
+  tagged fields after each member and the body) from v6.
+- SyncGroup: [throttle_time_ms v1+] error_code [protocol_type, protocol_name v5+, nullable]
+  assignment; flexible from v4.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from kio.schema.errors import ErrorCode
+
+from app.group.messages import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_ERROR: Final = struct.Struct(">h")
+_THROTTLE_ERROR: Final = struct.Struct(">ih")
+_ERROR_GEN: Final = struct.Struct(">hi")
+_THROTTLE_ERROR_GEN: Final = struct.Struct(">ihi")
+_NULL16: Final = _I16.pack(-1)
+_BYTE: Final = tuple(bytes((i,)) for i in range(0x80))
+
+# kio writes an error code it does not know as UNKNOWN_SERVER_ERROR (app/kafka/codec.py)
+_CODES: Final[dict[int, int]] = {int(c): int(c) for c in ErrorCode}
+
+
+def _code(error: int) -> int:
+    return _CODES.get(error, -1)
+
+
+def _uvarint(n: int) -> bytes:
+    if n < 0x80:
+        return _BYTE[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return _I16.pack(len(b)) + b
+
+
+def _nullable_string(s: str | None) -> bytes:
+    return _NULL16 if s is None else _string(s)
+
+
+def _compact_string(s: str) -> bytes:
+    b = s.encode()
+    n = len(b) + 1
+    return (_BYTE[n] if n < 0x80 else _uvarint(n)) + b
+
+
+def _compact_nullable_string(s: str | None) -> bytes:
+    return b"\x00" if s is None else _compact_string(s)
+
+
+def _compact_bytes(b: bytes) -> bytes:
+    n = len(b) + 1
+    return (_BYTE[n] if n < 0x80 else _uvarint(n)) + b
+
+
+# --- JoinGroup (11) --------------------------------------------------------------------------
+
+
+def _members_legacy(members: tuple[JoinGroupMember, ...], with_instance: bool) -> bytes:
+    parts = [_I32.pack(len(members))]
+    append = parts.append
+    pack_i16, pack_i32 = _I16.pack, _I32.pack
+    for m in members:
+        mid = m.member_id.encode()
+        append(pack_i16(len(mid)))
+        append(mid)
+        if with_instance:
+            append(_nullable_string(m.group_instance_id))
+        append(pack_i32(len(m.metadata)))
+        append(m.metadata)
+    return b"".join(parts)
+
+
+def _members_compact(members: tuple[JoinGroupMember, ...]) -> bytes:
+    parts = [_uvarint(len(members) + 1)]
+    append = parts.append
+    for m in members:
+        append(_compact_string(m.member_id))
+        append(_compact_nullable_string(m.group_instance_id))
+        append(_compact_bytes(m.metadata))
+        append(b"\x00")  # the member's tagged fields
+    return b"".join(parts)
+
+
+def join_group_body(resp: JoinGroupResponse, version: int) -> bytes:
+    """The JoinGroupResponse body of `version` (0-9): kio's bytes for `encode_join_group`."""
+    error = _code(resp.error)
+    if version >= 6:
+        parts = [_THROTTLE_ERROR_GEN.pack(0, error, resp.generation_id)]
+        if version >= 7:
+            parts.append(_compact_nullable_string(resp.protocol_type))
+            parts.append(_compact_nullable_string(resp.protocol_name))
+        else:  # non-nullable before v7 (KIP-559)
+            parts.append(_compact_string(resp.protocol_name or ""))
+        parts.append(_compact_string(resp.leader))
+        if version >= 9:
+            parts.append(b"\x01" if resp.skip_assignment else b"\x00")
+        parts.append(_compact_string(resp.member_id))
+        parts.append(_members_compact(resp.members))
+        parts.append(b"\x00")  # the body's tagged fields
+        return b"".join(parts)
+    head = (
+        _THROTTLE_ERROR_GEN.pack(0, error, resp.generation_id)
+        if version >= 2
+        else _ERROR_GEN.pack(error, resp.generation_id)
+    )
+    return b"".join(
+        (
+            head,
+            _string(resp.protocol_name or ""),
+            _string(resp.leader),
+            _string(resp.member_id),
+            _members_legacy(resp.members, version >= 5),
+        )
+    )
+
+
+# --- SyncGroup (14) --------------------------------------------------------------------------
+
+
+def sync_group_body(resp: SyncGroupResponse, version: int) -> bytes:
+    """The SyncGroupResponse body of `version` (0-5): kio's bytes for `encode_sync_group`."""
+    error = _code(resp.error)
+    assignment = resp.assignment
+    if version >= 4:
+        head = _THROTTLE_ERROR.pack(0, error)
+        if version >= 5:
+            head += _compact_nullable_string(resp.protocol_type) + _compact_nullable_string(
+                resp.protocol_name
+            )
+        return head + _compact_bytes(assignment) + b"\x00"
+    head = _THROTTLE_ERROR.pack(0, error) if version >= 1 else _ERROR.pack(error)
+    return head + _I32.pack(len(assignment)) + assignment
