@@ -33,9 +33,12 @@ from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
     REGISTRATION_SCHEMA,
+    SHAPE_COLUMNS,
+    SHAPE_SCHEMA,
     decode_group_batches,
     decode_offsets,
     decode_registration_batches,
+    shape_batches,
 )
 from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
@@ -154,6 +157,9 @@ class Audit:
                 input_rows = int(summary.agg({"records": "sum"}).collect()[0][0] or 0)
                 log(f"  {input_rows:,} records in log + history")
                 self._input_rows = input_rows
+                # every record but the offset commits (the few that need Python to decode),
+                # read once and kept for the stages below
+                self._others = self._other_records(recs)
             with progress(self.spark, "decoding group metadata (members, assignments)"):
                 members, records = self._group_records(recs)
             with progress(self.spark, "generations, partitions moved"):
@@ -198,8 +204,16 @@ class Audit:
         return result
 
     def _input_summary(self, recs: Any) -> Any:
+        """Counts per record type from one narrow pass (`shape_batches`), which also tells
+        whether the log positions are runs that cannot hold a duplicate."""
         from pyspark.sql import functions as F
 
+        shape = self.persist(
+            recs.select(*SHAPE_COLUMNS, F.col("value").isNull().alias("tombstone")).mapInArrow(
+                shape_batches, _spark_schema(SHAPE_SCHEMA)
+            )
+        )
+        self._runs = shape.filter(F.col("run"))
         kind = (
             F.when(F.col("record_type") == RecordType.GROUP_METADATA.value, "group_metadata")
             .when(F.col("record_type") == RecordType.OFFSET_COMMIT.value, "offset_commit")
@@ -210,16 +224,28 @@ class Audit:
             .otherwise("unknown")
         )
         return (
-            recs.groupBy("record_type", kind.alias("kind"), "in_history")
+            shape.filter(~F.col("run"))
+            .groupBy("record_type", kind.alias("kind"), "in_history")
             .agg(
-                F.count("*").alias("records"),
-                F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
-                F.min("append_time_ms").alias("first_append_ms"),
-                F.max("append_time_ms").alias("last_append_ms"),
+                F.sum("records").alias("records"),
+                F.sum("tombstones").alias("tombstones"),
+                F.min("first_append_ms").alias("first_append_ms"),
+                F.max("last_append_ms").alias("last_append_ms"),
                 F.countDistinct("log_partition").alias("log_partitions"),
             )
             .coalesce(1)
         )
+
+    def _other_records(self, recs: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        others = self.persist(
+            recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
+            .select(*INPUT_COLUMNS, "record_type")
+            .repartition(max(1, min(4, self.spark.sparkContext.defaultParallelism)))
+        )
+        log(f"  {others.count():,} records other than offset commits")
+        return others
 
     # ---- group metadata -----------------------------------------------------------------------
 
@@ -229,7 +255,7 @@ class Audit:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        raw = recs.filter(F.col("record_type") == RecordType.GROUP_METADATA.value).select(
+        raw = self._others.filter(F.col("record_type") == RecordType.GROUP_METADATA.value).select(
             *INPUT_COLUMNS
         )
         members = self.persist(raw.mapInArrow(decode_group_batches, _spark_schema(MEMBER_SCHEMA)))
@@ -479,7 +505,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         regs = (
-            recs.filter(F.col("record_type") == RecordType.STATIC_REGISTRATION.value)
+            self._others.filter(F.col("record_type") == RecordType.STATIC_REGISTRATION.value)
             .select(*INPUT_COLUMNS)
             .mapInArrow(decode_registration_batches, _spark_schema(REGISTRATION_SCHEMA))
         )
@@ -728,6 +754,27 @@ class Audit:
         )
         return self.write("commit_activity", activity)
 
+    def _positions(self, recs: Any) -> Any:
+        """The log positions to group for duplicates: none when the input's runs already prove
+        every position unique (each run strictly increasing, no two runs of a partition
+        overlapping), else all of them."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        by_start = Window.partitionBy("log_partition").orderBy("min_offset", "max_offset")
+        doubtful = (
+            self._runs.withColumn("prev_max", F.lag("max_offset").over(by_start))
+            .filter(
+                ~F.col("ordered")
+                | F.col("log_partition").isNull()
+                | (F.col("prev_max") >= F.col("min_offset"))
+            )
+            .limit(1)
+            .count()
+        )
+        positions = recs.select("log_partition", "log_offset", "in_history")
+        return positions if doubtful else positions.limit(0)
+
     # ---- invariants ----------------------------------------------------------------------------
 
     def _invariants(
@@ -884,7 +931,9 @@ class Audit:
             "log_offset",
             F.concat(F.lit("static registration: "), "decode_error").alias("detail"),
         )
-        unknown = recs.filter(~F.col("record_type").isin(*(t.value for t in RecordType))).select(
+        unknown = self._others.filter(
+            ~F.col("record_type").isin(*(t.value for t in RecordType))
+        ).select(
             F.lit("records_decode").alias("invariant"),
             F.lit(None).cast("string").alias("group_id"),
             F.lit(None).cast("int").alias("generation"),
@@ -896,9 +945,13 @@ class Audit:
         found.append(bad_groups.unionByName(bad_offsets).unionByName(bad_regs).unionByName(unknown))
 
         # each log position once
-        dup = recs.groupBy("log_partition", "log_offset").agg(
-            F.count("*").alias("copies"),
-            F.sum(F.col("in_history").cast("int")).alias("in_history"),
+        dup = (
+            self._positions(recs)
+            .groupBy("log_partition", "log_offset")
+            .agg(
+                F.count("*").alias("copies"),
+                F.sum(F.col("in_history").cast("int")).alias("in_history"),
+            )
         )
         checked["unique_log_positions"] = self._input_rows
         found.append(

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from app.group.consumer_protocol import decode_assignment, decode_subscription
 from app.group.records import decode_group_key, decode_group_value, decode_registration_value
@@ -478,3 +479,104 @@ def decode_offsets(rows: Any, method: str | None = None) -> Any:
 
         return rows.mapInArrow(decode_offset_batches, from_arrow_schema(OFFSET_SCHEMA))
     raise ValueError(f"unknown offset decoder {method!r} (sql or arrow)")
+
+
+# ==== the input's shape in one narrow pass: summary counts and log-position runs ==============
+# One row per batch and (record type, in history, log partition) with its counts, and one row
+# per batch and log partition with the range of its offsets and whether they strictly increase
+# in the batch (`ordered`). Positions are unique when every run is ordered and no two runs of a
+# partition overlap: the audit checks that on these few rows and only falls back to grouping
+# all positions when it does not hold (an export is written in log order, so it always does).
+
+SHAPE_COLUMNS = ["log_partition", "log_offset", "record_type", "in_history", "append_time_ms"]
+
+SHAPE_SCHEMA = pa.schema(
+    [
+        ("run", pa.bool_()),  # false: a count row, true: a run row
+        ("record_type", pa.int16()),
+        ("in_history", pa.bool_()),
+        ("log_partition", pa.int32()),
+        ("records", pa.int64()),
+        ("tombstones", pa.int64()),
+        ("first_append_ms", pa.int64()),
+        ("last_append_ms", pa.int64()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("ordered", pa.bool_()),
+    ]
+)
+
+
+def _shape_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    import numpy as np
+
+    t = pa.Table.from_batches([batch])
+    counts = t.group_by(
+        ["record_type", "in_history", "log_partition"], use_threads=False
+    ).aggregate(
+        [
+            ("log_offset", "count", pc.CountOptions(mode="all")),
+            ("tombstone", "sum"),
+            ("append_time_ms", "min"),
+            ("append_time_ms", "max"),
+        ]
+    )
+    n = counts.num_rows
+    lp_col = batch.column("log_partition")
+    lo_col = batch.column("log_offset")
+    runs_lp: list[int | None] = []
+    runs_min: list[int | None] = []
+    runs_max: list[int | None] = []
+    runs_ok: list[bool] = []
+    if lp_col.null_count or lo_col.null_count:  # no position: never "ordered"
+        runs_lp, runs_min, runs_max, runs_ok = [None], [None], [None], [False]
+    else:
+        lp = lp_col.to_numpy(zero_copy_only=False)
+        lo = lo_col.to_numpy(zero_copy_only=False)
+        order = np.argsort(lp, kind="stable")  # batch order within each partition
+        lp, lo = lp[order], lo[order]
+        starts = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
+        ends = np.r_[starts[1:], len(lp)]
+        step_ok = np.r_[True, (lo[1:] > lo[:-1]) | (lp[1:] != lp[:-1])]
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            runs_lp.append(int(lp[s]))
+            runs_min.append(int(lo[s:e].min()))
+            runs_max.append(int(lo[s:e].max()))
+            runs_ok.append(bool(step_ok[s:e].all()))
+    k = len(runs_lp)
+    tomb = counts.column("tombstone_sum").cast(pa.int64()).fill_null(0)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([False] * n + [True] * k),
+            pa.concat_arrays(
+                [counts.column("record_type").combine_chunks(), pa.nulls(k, pa.int16())]
+            ),
+            pa.concat_arrays(
+                [counts.column("in_history").combine_chunks(), pa.nulls(k, pa.bool_())]
+            ),
+            pa.concat_arrays(
+                [counts.column("log_partition").combine_chunks(), pa.array(runs_lp, pa.int32())]
+            ),
+            pa.concat_arrays(
+                [counts.column("log_offset_count").combine_chunks(), pa.nulls(k, pa.int64())]
+            ),
+            pa.concat_arrays([tomb.combine_chunks(), pa.nulls(k, pa.int64())]),
+            pa.concat_arrays(
+                [counts.column("append_time_ms_min").combine_chunks(), pa.nulls(k, pa.int64())]
+            ),
+            pa.concat_arrays(
+                [counts.column("append_time_ms_max").combine_chunks(), pa.nulls(k, pa.int64())]
+            ),
+            pa.concat_arrays([pa.nulls(n, pa.int64()), pa.array(runs_min, pa.int64())]),
+            pa.concat_arrays([pa.nulls(n, pa.int64()), pa.array(runs_max, pa.int64())]),
+            pa.concat_arrays([pa.nulls(n, pa.bool_()), pa.array(runs_ok, pa.bool_())]),
+        ],
+        schema=SHAPE_SCHEMA,
+    )
+
+
+def shape_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: SHAPE_COLUMNS + `tombstone` rows -> SHAPE_SCHEMA rows."""
+    for batch in batches:
+        if batch.num_rows:
+            yield _shape_batch(batch)
