@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 
 _SIZE: Final = struct.Struct(">i")
+_unpack_size: Final = _SIZE.unpack_from
 FAILED_AUTHENTICATION_DELAY_S: Final = 0.1
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
@@ -168,12 +169,14 @@ class KafkaConnection(asyncio.Protocol):
         requests or reply bytes in flight), and the rest waits in `_buf` until it resumes."""
         pos = 0
         available = len(data)
-        started = time.perf_counter()
+        perf_counter = time.perf_counter
+        started = perf_counter()
+        on_frame = self._on_frame
         while True:
             if available - pos < 4:
                 self._need = 4
                 break
-            (size,) = _SIZE.unpack_from(data, pos)
+            (size,) = _unpack_size(data, pos)
             if size < 0 or size > self._max_frame:
                 self.abort(f"frame size {size} outside [0, {self._max_frame}]")
                 return
@@ -189,14 +192,14 @@ class KafkaConnection(asyncio.Protocol):
                 self._server.wait_heavy_turn(self)
                 self._update_reading()
                 break
-            self._on_frame(data[pos + 4 : end])
+            on_frame(data[pos + 4 : end])
             pos = end
             if self._closing:
                 return
             if self._reading_paused:
                 self._need = 4
                 break
-            if pos < available and time.perf_counter() - started > TURN_SHARE_S:
+            if pos < available and perf_counter() - started > TURN_SHARE_S:
                 # one read can hold thousands of frames: after its share of the loop's turn,
                 # this connection lets the others go first and serves the rest next turn
                 self._yielding = True

@@ -198,7 +198,7 @@ class CoordinatorRuntime:
         core = p.core
         assert core is not None
         error = core.heartbeat_error(
-            group_id, generation_id, member_id, group_instance_id, now_ms()
+            group_id, generation_id, member_id, group_instance_id, time.time_ns() // 1_000_000
         )
         # a heartbeat moves its member's deadline later: re-arming is rarely needed
         armed = p.armed_deadline

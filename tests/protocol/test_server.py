@@ -214,9 +214,14 @@ async def test_handler_exception_becomes_unknown_server_error(
     def broken(*args: object) -> None:
         raise RuntimeError(f"injected failure in {method}")
 
-    monkeypatch.setattr(GroupCoordinator, method, broken)  # a bug in the core's handler
+    if method == "heartbeat_error":  # bound per core at its creation (the hot path's entry)
+        for p in node.node.runtime.partitions.values():
+            if p.core is not None:
+                monkeypatch.setattr(p.core, method, broken)
+    else:
+        monkeypatch.setattr(GroupCoordinator, method, broken)  # a bug in the core's handler
     with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
-        if method == "heartbeat_error":  # the hot path's entry into the core
+        if method == "heartbeat_error":
             error = (await client.heartbeat("boom", gen, member)).error_code
         elif method == "join_group":
             error = (await client.join_group("boom", member, version=7)).error_code
