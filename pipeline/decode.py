@@ -482,11 +482,12 @@ def decode_offsets(rows: Any, method: str | None = None) -> Any:
 
 
 # ==== the input's shape in one narrow pass: summary counts and log-position runs ==============
-# One row per batch and (record type, in history, log partition) with its counts, and one row
-# per batch and log partition with the range of its offsets and whether they strictly increase
-# in the batch (`ordered`). Positions are unique when every run is ordered and no two runs of a
-# partition overlap: the audit checks that on these few rows and only falls back to grouping
-# all positions when it does not hold (an export is written in log order, so it always does).
+# One row per batch and (record type, in history, log partition) with its counts, and one run
+# row per batch, log partition and file (log or history) with the range of its offsets and
+# whether they strictly increase in the batch (`ordered`). Within one file, positions are unique
+# when every run is ordered and no two runs of a partition overlap: the audit checks that on
+# these few rows, then looks for a position held by both files with a join on the smaller one
+# (an export writes each file in log order). Otherwise it groups all positions, as before.
 
 SHAPE_COLUMNS = ["log_partition", "log_offset", "record_type", "in_history", "append_time_ms"]
 
@@ -496,7 +497,7 @@ SHAPE_SCHEMA = pa.schema(
         ("record_type", pa.int16()),
         ("in_history", pa.bool_()),
         ("log_partition", pa.int32()),
-        ("records", pa.int64()),
+        ("records", pa.int64()),  # rows counted, or in the run
         ("tombstones", pa.int64()),
         ("first_append_ms", pa.int64()),
         ("last_append_ms", pa.int64()),
@@ -524,25 +525,35 @@ def _shape_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     n = counts.num_rows
     lp_col = batch.column("log_partition")
     lo_col = batch.column("log_offset")
+    hist_col = batch.column("in_history")
+    runs_hist: list[bool | None] = []
     runs_lp: list[int | None] = []
     runs_min: list[int | None] = []
     runs_max: list[int | None] = []
     runs_ok: list[bool] = []
-    if lp_col.null_count or lo_col.null_count:  # no position: never "ordered"
-        runs_lp, runs_min, runs_max, runs_ok = [None], [None], [None], [False]
+    runs_n: list[int] = []
+    if lp_col.null_count or lo_col.null_count or hist_col.null_count:
+        # no position: never "ordered"
+        runs_hist, runs_lp, runs_min, runs_max = [None], [None], [None], [None]
+        runs_ok, runs_n = [False], [batch.num_rows]
     else:
         lp = lp_col.to_numpy(zero_copy_only=False)
         lo = lo_col.to_numpy(zero_copy_only=False)
-        order = np.argsort(lp, kind="stable")  # batch order within each partition
-        lp, lo = lp[order], lo[order]
-        starts = np.flatnonzero(np.r_[True, lp[1:] != lp[:-1]])
+        hist = hist_col.to_numpy(zero_copy_only=False)
+        run_key = lp.astype(np.int64) * 2 + hist  # (partition, log or history)
+        order = np.argsort(run_key, kind="stable")  # batch order within each run
+        run_key, lp, lo, hist = run_key[order], lp[order], lo[order], hist[order]
+        same = run_key[1:] == run_key[:-1]
+        starts = np.flatnonzero(np.r_[True, ~same])
         ends = np.r_[starts[1:], len(lp)]
-        step_ok = np.r_[True, (lo[1:] > lo[:-1]) | (lp[1:] != lp[:-1])]
+        step_ok = np.r_[True, (lo[1:] > lo[:-1]) | ~same]
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            runs_hist.append(bool(hist[s]))
             runs_lp.append(int(lp[s]))
             runs_min.append(int(lo[s:e].min()))
             runs_max.append(int(lo[s:e].max()))
             runs_ok.append(bool(step_ok[s:e].all()))
+            runs_n.append(e - s)
     k = len(runs_lp)
     tomb = counts.column("tombstone_sum").cast(pa.int64()).fill_null(0)
     return pa.RecordBatch.from_arrays(
@@ -552,13 +563,13 @@ def _shape_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
                 [counts.column("record_type").combine_chunks(), pa.nulls(k, pa.int16())]
             ),
             pa.concat_arrays(
-                [counts.column("in_history").combine_chunks(), pa.nulls(k, pa.bool_())]
+                [counts.column("in_history").combine_chunks(), pa.array(runs_hist, pa.bool_())]
             ),
             pa.concat_arrays(
                 [counts.column("log_partition").combine_chunks(), pa.array(runs_lp, pa.int32())]
             ),
             pa.concat_arrays(
-                [counts.column("log_offset_count").combine_chunks(), pa.nulls(k, pa.int64())]
+                [counts.column("log_offset_count").combine_chunks(), pa.array(runs_n, pa.int64())]
             ),
             pa.concat_arrays([tomb.combine_chunks(), pa.nulls(k, pa.int64())]),
             pa.concat_arrays(
