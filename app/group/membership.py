@@ -93,9 +93,11 @@ class Membership:
         else:
             self._join_existing_member(handle, group, req, now, out)
 
-        if group.is_(GroupState.PREPARING_REBALANCE):
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
             self.rebalancer.try_complete_join(group, now, out)
-        drop_if_unused(self.groups, group)
+        elif state is GroupState.EMPTY:  # only an Empty group can be unused
+            drop_if_unused(self.groups, group)
         return out
 
     def _accept_joining_member(self, group: Group, member_id: str) -> bool:
@@ -208,7 +210,8 @@ class Membership:
         self, handle: int, group: Group, req: JoinGroupRequest, now: int, out: Result
     ) -> None:
         mid = req.member_id
-        if group.is_(GroupState.DEAD):
+        state = group.state
+        if state is GroupState.DEAD:
             out.reply(handle, join_error(Error.COORDINATOR_NOT_AVAILABLE, mid))
             return
         if not group.supports_protocols(req.protocol_type, [n for n, _ in req.protocols]):
@@ -225,7 +228,6 @@ class Membership:
             out.reply(handle, join_error(error, mid))
             return
         member = group.members[mid]
-        state = group.state
         if state is GroupState.PREPARING_REBALANCE:
             self._update_member(group, member, req, handle, out)
         elif state is GroupState.COMPLETING_REBALANCE:
@@ -352,7 +354,7 @@ class Membership:
             out.reply(handle, SyncGroupResponse(Error.INVALID_GROUP_ID))
             return out
         group = self.groups.get(req.group_id)
-        if group is None or (not group.members and not group.is_(GroupState.DEAD)):
+        if group is None or (not group.members and group.state is not GroupState.DEAD):
             out.reply(handle, SyncGroupResponse(Error.UNKNOWN_MEMBER_ID))
             return out
         error = _sync_error(group, req)
@@ -360,7 +362,7 @@ class Membership:
             out.reply(handle, SyncGroupResponse(error))
             return out
         member = group.members[req.member_id]
-        if group.is_(GroupState.COMPLETING_REBALANCE):
+        if group.state is GroupState.COMPLETING_REBALANCE:
             if member.awaiting_sync is not None:
                 out.reply(member.awaiting_sync, SyncGroupResponse(Error.REBALANCE_IN_PROGRESS))
             member.awaiting_sync = handle
@@ -409,17 +411,27 @@ class Membership:
             )
             self.rebalancer.prepare_rebalance(group, now, out, "assignment write failed")
             return
+        # every member's reply in one loop, its invariants hoisted (the sync phase's
+        # per-member cost)
+        assignments, replies = cont.assignments, out.replies
+        group_id, protocol_type, protocol_name = (
+            group.group_id,
+            group.protocol_type,
+            group.protocol_name,
+        )
+        schedule_session = self.queue.schedule_session
         for member in group.members.values():
-            member.assignment = cont.assignments.get(member.member_id, b"")
+            member.assignment = assignment = assignments.get(member.member_id, b"")
             if member.awaiting_sync is not None:
-                out.reply(
-                    member.awaiting_sync,
-                    SyncGroupResponse(
-                        Error.NONE, group.protocol_type, group.protocol_name, member.assignment
-                    ),
+                replies.append(
+                    (
+                        member.awaiting_sync,
+                        SyncGroupResponse(Error.NONE, protocol_type, protocol_name, assignment),
+                    )
                 )
                 member.awaiting_sync = None
-                self.rebalancer.reschedule_session(group, member, now, member.session_timeout_ms)
+                # Rebalancer.reschedule_session, inline
+                schedule_session(group_id, member.member_id, now + member.session_timeout_ms)
         group.transition(GroupState.STABLE, now)
         self.registrations.close_if_complete(group, out)
 
@@ -543,7 +555,8 @@ class Membership:
 
 
 def _sync_error(group: Group, req: SyncGroupRequest) -> Error:
-    if group.is_(GroupState.DEAD):
+    state = group.state
+    if state is GroupState.DEAD:
         return Error.COORDINATOR_NOT_AVAILABLE
     error = group.validate_member(req.member_id, req.group_instance_id)
     if error is not Error.NONE:
@@ -554,8 +567,8 @@ def _sync_error(group: Group, req: SyncGroupRequest) -> Error:
         return Error.INCONSISTENT_GROUP_PROTOCOL
     if req.protocol_name is not None and req.protocol_name != group.protocol_name:
         return Error.INCONSISTENT_GROUP_PROTOCOL
-    if group.is_(GroupState.EMPTY):
+    if state is GroupState.EMPTY:
         return Error.UNKNOWN_MEMBER_ID
-    if group.is_(GroupState.PREPARING_REBALANCE):
+    if state is GroupState.PREPARING_REBALANCE:
         return Error.REBALANCE_IN_PROGRESS
     return Error.NONE

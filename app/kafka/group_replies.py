@@ -98,31 +98,61 @@ def _members_legacy(members: tuple[JoinGroupMember, ...], with_instance: bool) -
 def _members_compact(members: tuple[JoinGroupMember, ...]) -> bytes:
     parts = [_uvarint(len(members) + 1)]
     append = parts.append
+    byte = _BYTE
     for m in members:
-        append(_compact_string(m.member_id))
-        append(_compact_nullable_string(m.group_instance_id))
-        append(_compact_bytes(m.metadata))
+        mid = m.member_id.encode()
+        n = len(mid) + 1
+        append(byte[n] if n < 0x80 else _uvarint(n))
+        append(mid)
+        instance_id = m.group_instance_id
+        append(b"\x00" if instance_id is None else _compact_string(instance_id))
+        meta = m.metadata
+        n = len(meta) + 1
+        append(byte[n] if n < 0x80 else _uvarint(n))
+        append(meta)
         append(b"\x00")  # the member's tagged fields
     return b"".join(parts)
 
 
+# The fields before member_id are the same for every member answered in one join completion:
+# the last ones written are kept with the values they were written from.
+_last_head: tuple[tuple[object, ...], bytes] = ((), b"")
+
+
+def _flexible_head(resp: JoinGroupResponse, version: int) -> bytes:
+    global _last_head
+    key = (
+        version,
+        resp.error,
+        resp.generation_id,
+        resp.protocol_type,
+        resp.protocol_name,
+        resp.leader,
+        resp.skip_assignment,
+    )
+    if _last_head[0] == key:
+        return _last_head[1]
+    parts = [_THROTTLE_ERROR_GEN.pack(0, _code(resp.error), resp.generation_id)]
+    if version >= 7:
+        parts.append(_compact_nullable_string(resp.protocol_type))
+        parts.append(_compact_nullable_string(resp.protocol_name))
+    else:  # non-nullable before v7 (KIP-559)
+        parts.append(_compact_string(resp.protocol_name or ""))
+    parts.append(_compact_string(resp.leader))
+    if version >= 9:
+        parts.append(b"\x01" if resp.skip_assignment else b"\x00")
+    head = b"".join(parts)
+    _last_head = (key, head)
+    return head
+
+
 def join_group_body(resp: JoinGroupResponse, version: int) -> bytes:
     """The JoinGroupResponse body of `version` (0-9): kio's bytes for `encode_join_group`."""
-    error = _code(resp.error)
     if version >= 6:
-        parts = [_THROTTLE_ERROR_GEN.pack(0, error, resp.generation_id)]
-        if version >= 7:
-            parts.append(_compact_nullable_string(resp.protocol_type))
-            parts.append(_compact_nullable_string(resp.protocol_name))
-        else:  # non-nullable before v7 (KIP-559)
-            parts.append(_compact_string(resp.protocol_name or ""))
-        parts.append(_compact_string(resp.leader))
-        if version >= 9:
-            parts.append(b"\x01" if resp.skip_assignment else b"\x00")
-        parts.append(_compact_string(resp.member_id))
-        parts.append(_members_compact(resp.members))
-        parts.append(b"\x00")  # the body's tagged fields
-        return b"".join(parts)
+        members = _members_compact(resp.members) if resp.members else b"\x01"
+        # the body ends with its (empty) tagged fields
+        return _flexible_head(resp, version) + _compact_string(resp.member_id) + members + b"\x00"
+    error = _code(resp.error)
     head = (
         _THROTTLE_ERROR_GEN.pack(0, error, resp.generation_id)
         if version >= 2
@@ -142,16 +172,26 @@ def join_group_body(resp: JoinGroupResponse, version: int) -> bytes:
 # --- SyncGroup (14) --------------------------------------------------------------------------
 
 
+_last_sync_head: tuple[tuple[object, ...], bytes] = ((), b"")
+
+
 def sync_group_body(resp: SyncGroupResponse, version: int) -> bytes:
     """The SyncGroupResponse body of `version` (0-5): kio's bytes for `encode_sync_group`."""
-    error = _code(resp.error)
+    global _last_sync_head
     assignment = resp.assignment
     if version >= 4:
-        head = _THROTTLE_ERROR.pack(0, error)
-        if version >= 5:
-            head += _compact_nullable_string(resp.protocol_type) + _compact_nullable_string(
-                resp.protocol_name
-            )
+        # as for JoinGroup: the fields before the assignment are the same for every member
+        key = (version, resp.error, resp.protocol_type, resp.protocol_name)
+        if _last_sync_head[0] == key:
+            head = _last_sync_head[1]
+        else:
+            head = _THROTTLE_ERROR.pack(0, _code(resp.error))
+            if version >= 5:
+                head += _compact_nullable_string(resp.protocol_type) + _compact_nullable_string(
+                    resp.protocol_name
+                )
+            _last_sync_head = (key, head)
         return head + _compact_bytes(assignment) + b"\x00"
+    error = _code(resp.error)
     head = _THROTTLE_ERROR.pack(0, error) if version >= 1 else _ERROR.pack(error)
     return head + _I32.pack(len(assignment)) + assignment

@@ -160,3 +160,33 @@ def test_out_of_range_fields_fail_like_kio() -> None:
     long_id = JoinGroupResponse(Error.NONE, member_id="x" * 40000)
     with pytest.raises(Exception):  # noqa: B017
         join_group_body(long_id, 4)
+
+
+def test_replies_in_turn_each_get_their_own_fields() -> None:
+    """The packed writers keep the fields shared by a join completion's replies; a reply that
+    differs in any of them (or in version) is written from its own."""
+    base = JoinGroupResponse(Error.NONE, 5, "consumer", "range", "l", False, "m-1")
+    variants = [
+        base,
+        JoinGroupResponse(Error.NONE, 5, "consumer", "range", "l", False, "m-2"),
+        JoinGroupResponse(Error.NONE, 6, "consumer", "range", "l", False, "m-1"),
+        JoinGroupResponse(Error.NONE, 5, "consumer", "roundrobin", "l", False, "m-1"),
+        JoinGroupResponse(Error.NONE, 5, None, "range", "l", False, "m-1"),
+        JoinGroupResponse(Error.NONE, 5, "consumer", "range", "l2", False, "m-1"),
+        JoinGroupResponse(Error.NONE, 5, "consumer", "range", "l", True, "m-1"),
+        JoinGroupResponse(Error.REBALANCE_IN_PROGRESS, 5, "consumer", "range", "l", False, "m"),
+        base,
+    ]
+    for version in (6, 9, 7, 9):
+        for resp in variants:
+            assert join_group_body(resp, version) == kio_join(resp, version)
+    syncs = [
+        SyncGroupResponse(Error.NONE, "consumer", "range", b"a"),
+        SyncGroupResponse(Error.NONE, "consumer", "range", b"b"),
+        SyncGroupResponse(Error.NONE, "consumer", None, b"b"),
+        SyncGroupResponse(Error.UNKNOWN_MEMBER_ID),
+        SyncGroupResponse(Error.NONE, "consumer", "range", b"a"),
+    ]
+    for version in (5, 4, 5):
+        for sync in syncs:
+            assert sync_group_body(sync, version) == kio_sync(sync, version)
