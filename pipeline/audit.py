@@ -134,11 +134,15 @@ class Audit:
         log(f"  table {name}: {rows:,} rows")
         return back
 
-    def persist(self, df: Any) -> Any:
+    def persist(self, df: Any, materialize: bool = False) -> Any:
+        """Cache `df`; `materialize` computes it now, in one job, so that the branches of a
+        later plan (a union, a self-join) read the cache instead of each computing it at once."""
         from pyspark.storagelevel import StorageLevel
 
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
         self._persisted.append(df)
+        if materialize:
+            df.count()
         return df
 
     def release(self) -> None:
@@ -258,7 +262,9 @@ class Audit:
         raw = self._others.filter(F.col("record_type") == RecordType.GROUP_METADATA.value).select(
             *INPUT_COLUMNS
         )
-        members = self.persist(raw.mapInArrow(decode_group_batches, _spark_schema(MEMBER_SCHEMA)))
+        members = self.persist(
+            raw.mapInArrow(decode_group_batches, _spark_schema(MEMBER_SCHEMA)), materialize=True
+        )
         self._all_members = members
         member_cols = [f.name for f in MEMBER_SCHEMA if f.name not in _RECORD_COLUMNS]
         records = members.filter(F.col("member_index") <= 0).drop(*member_cols)
@@ -322,7 +328,8 @@ class Audit:
                 & F.col("group_id").isNotNull()
             )
             .join(enrich, ["log_partition", "log_offset"])
-            .withColumn("owner", F.coalesce("instance_id", "member_id"))
+            .withColumn("owner", F.coalesce("instance_id", "member_id")),
+            materialize=True,
         )
         return live_members, group_records
 
