@@ -30,6 +30,7 @@ FIGURES = {
     "hostile": "bench.hostile",
     "security": "bench.security",
     "scaleout": "bench.scaleout",
+    "audit": "bench.audit",
 }
 
 

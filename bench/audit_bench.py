@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -123,6 +124,88 @@ def run_measured(cmd: list[str]) -> Measured:
     return m
 
 
+def generate(src: Path, records: int, workers: int = 2) -> float | None:
+    """Generate a log of about `records` records into `src` unless one is there; its seconds."""
+    if (src / "manifest.json").exists():
+        return None
+    t = time.monotonic()
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "pipeline.generate",
+            "--out",
+            str(src),
+            "--records",
+            str(records),
+            "--workers",
+            str(workers),
+        ],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return time.monotonic() - t
+
+
+def input_rows(src: Path) -> int:
+    manifest = json.loads((src / "manifest.json").read_text())
+    return int(manifest["log_rows"]) + int(manifest["history_rows"])
+
+
+def measure(
+    src: Path, master: str, dest: Path, driver_memory: str = "4g", report: bool = True
+) -> dict[str, Any]:
+    """The floor scan, then the audit, of `src` on `master`, as two processes."""
+    rows = input_rows(src)
+    floor = run_measured([PY, "-c", FLOOR, master, str(src)])
+    m = re.search(r"FLOOR rows=(\d+) seconds=([\d.]+)", floor.out)
+    assert m and int(m.group(1)) == rows, floor.out
+    floor_s = float(m.group(2))
+    shutil.rmtree(dest, ignore_errors=True)
+    audit = run_measured(
+        [
+            PY,
+            "-m",
+            "cli.main",
+            "audit",
+            "--input",
+            str(src),
+            "--out",
+            str(dest),
+            "--master",
+            master,
+            "--driver-memory",
+            driver_memory,
+            *([] if report else ["--no-report"]),
+        ]
+    )
+    dest.with_name(f"{dest.name}.stderr").write_text(audit.err)  # the audit's progress log
+    m = re.search(r"audited (\d+) records in ([\d.]+) s", audit.out)
+    assert m, audit.out
+    audit_s = float(m.group(2))
+    stages = {
+        g.group(1): float(g.group(2))
+        for g in re.finditer(r"\] (.+?) done in ([\d.]+) s", audit.err)
+    }
+    return {
+        "master": master,
+        "records": rows,
+        "wall_s": round(audit.wall_s, 1),
+        "audit_s": round(audit_s, 1),
+        "records_per_s": round(rows / audit_s),
+        "cpu_s": round(audit.cpu_s, 1),
+        "peak_rss_mib": audit.peak_mib,
+        "floor_scan_s": round(floor_s, 2),
+        "floor_peak_rss_mib": floor.peak_mib,
+        "audit_over_floor": round(audit_s / floor_s, 1),
+        "load_before_after": [round(x, 1) for x in audit.load],
+        "violations": sum(1 for line in audit.out.splitlines() if "VIOLATED" in line),
+        "stages_s": stages,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=10_000_000)
@@ -139,24 +222,7 @@ def main() -> None:
     src = a.input
     if src is None:
         src = a.work / f"gen-{a.records}"
-        if not (src / "manifest.json").exists():
-            t = time.monotonic()
-            subprocess.run(
-                [
-                    PY,
-                    "-m",
-                    "pipeline.generate",
-                    "--out",
-                    str(src),
-                    "--records",
-                    str(a.records),
-                    "--workers",
-                    str(a.workers),
-                ],
-                cwd=ROOT,
-                check=True,
-            )
-            gen_s = time.monotonic() - t
+        gen_s = generate(src, a.records, a.workers)
     manifest = json.loads((src / "manifest.json").read_text())
     rows = manifest["log_rows"] + manifest["history_rows"]
     print(
@@ -167,46 +233,8 @@ def main() -> None:
     )
     results = []
     for master in a.masters.split(","):
-        floor = run_measured([PY, "-c", FLOOR, master, str(src)])
-        m = re.search(r"FLOOR rows=(\d+) seconds=([\d.]+)", floor.out)
-        assert m and int(m.group(1)) == rows, floor.out
-        floor_s = float(m.group(2))
         dest = a.work / f"audit-{master.replace('[', '').replace(']', '')}"
-        shutil.rmtree(dest, ignore_errors=True)
-        audit = run_measured(
-            [
-                PY,
-                "-m",
-                "cli.main",
-                "audit",
-                "--input",
-                str(src),
-                "--out",
-                str(dest),
-                "--master",
-                master,
-                "--driver-memory",
-                a.driver_memory,
-            ]
-        )
-        (a.work / f"{dest.name}.stderr").write_text(audit.err)  # the audit's progress log
-        m = re.search(r"audited (\d+) records in ([\d.]+) s", audit.out)
-        assert m, audit.out
-        audit_s = float(m.group(2))
-        r = {
-            "master": master,
-            "records": rows,
-            "wall_s": round(audit.wall_s, 1),
-            "audit_s": round(audit_s, 1),
-            "records_per_s": round(rows / audit_s),
-            "cpu_s": round(audit.cpu_s, 1),
-            "peak_rss_mib": audit.peak_mib,
-            "floor_scan_s": round(floor_s, 2),
-            "floor_peak_rss_mib": floor.peak_mib,
-            "audit_over_floor": round(audit_s / floor_s, 1),
-            "load_before_after": [round(x, 1) for x in audit.load],
-            "violations": sum(1 for line in audit.out.splitlines() if "VIOLATED" in line),
-        }
+        r = measure(src, master, dest, a.driver_memory)
         results.append(r)
         print(json.dumps(r), flush=True)
     print()

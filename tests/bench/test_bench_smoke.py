@@ -23,7 +23,7 @@ def test_every_figure_runs_and_reports_a_ratio(tmp_path: Path, pg_admin_dsn: str
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=420,
+        timeout=480,
     )
     assert run.returncode == 0, run.stderr[-6000:]
     doc = out.read_text()
