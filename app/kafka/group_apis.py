@@ -158,7 +158,12 @@ def kio_join_group(resp: JoinGroupResponse, version: int) -> Any:
 
 
 async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
-    internal = decode_join_group(req, ctx.client_id, ctx.client_host)
+    # `req` is kio's entity, or the internal request when app/kafka/hot_group.py read the frame
+    internal = (
+        req
+        if isinstance(req, JoinGroupRequest)
+        else decode_join_group(req, ctx.client_id, ctx.client_host)
+    )
     authorize_group(ctx, AclOperation.READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
@@ -198,7 +203,8 @@ def encode_sync_group(resp: SyncGroupResponse, version: int) -> bytes:
 
 
 async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
-    internal = decode_sync_group(req)
+    # kio's entity, or the internal request app/kafka/hot_group.py read
+    internal = req if isinstance(req, SyncGroupRequest) else decode_sync_group(req)
     if ctx.api_version >= 5 and (internal.protocol_type is None or internal.protocol_name is None):
         # protocol.md §6.1 (KafkaApis): v5+ must carry both; answered before the coordinator
         return encode_sync_group(

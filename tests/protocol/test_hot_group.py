@@ -10,12 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.group.messages import JoinGroupRequest, SyncGroupRequest
+from app.group.messages import (
+    Error,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from app.kafka import group_apis as g
 from app.kafka.apis import DecodeLimits, version_table
 from app.kafka.codec import build, td
 from app.kafka.group_apis import decode_join_group, decode_sync_group
 from app.kafka.hot_group import read_join_group, read_sync_group
 from membership.wire import encode_request
+from tests.protocol.wire import ctx
 
 LIMITS = DecodeLimits()
 HOST = "/10.0.0.7"
@@ -203,3 +211,49 @@ def test_sync_group_outside_the_common_shape_goes_to_the_generic_reader(version:
     assert hot_sync(frame, version, tight) is None
     assert hot_sync(frame + b"\x00", version) is None
     assert hot_sync(frame[:-1], version) is None
+
+
+class _Core:
+    """Stands in for GroupCoordinator: keeps the internal request, answers a fixed reply."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def join_group(self, handle: int, req: JoinGroupRequest, now: int) -> Any:
+        self.seen.append(req)
+        return JoinGroupResponse(Error.NONE, 4, "consumer", "range", "m-1", False, req.member_id)
+
+    def sync_group(self, handle: int, req: SyncGroupRequest, now: int) -> Any:
+        self.seen.append(req)
+        return SyncGroupResponse(Error.NONE, "consumer", "range", b"a1")
+
+
+class _Service:
+    def __init__(self) -> None:
+        self.core = _Core()
+
+    async def schedule_write(self, name: str, group_id: str, op: Any, *args: Any, **kw: Any) -> Any:
+        return op(self.core, 1, 0)
+
+
+@pytest.mark.parametrize("version", [0, 5, 9])
+async def test_the_handlers_serve_a_hot_read_request_as_kios(version: int) -> None:
+    """handle_join_group / handle_sync_group take the internal request the hot readers make in
+    place of kio's entity, and serve it alike (what server.py's hook would hand them)."""
+    service = _Service()
+    context = ctx(version, client_id="c", client_host=HOST)
+    context.service = service  # type: ignore[assignment]
+    frame = join_frame(version, "c", **_JOIN)
+    _header, body = version_table()[(11, version)].decode(frame)
+    from_kio = await g.handle_join_group(context, body)
+    from_hot = await g.handle_join_group(context, hot_join(frame, version))
+    assert from_hot == from_kio
+    assert service.core.seen[0] == service.core.seen[1]
+    sync_version = min(version, 5)
+    context.api_version = sync_version
+    frame = sync_frame(sync_version, "c", **_SYNC)
+    _header, body = version_table()[(14, sync_version)].decode(frame)
+    assert await g.handle_sync_group(context, body) == await g.handle_sync_group(
+        context, hot_sync(frame, sync_version)
+    )
+    assert service.core.seen[2] == service.core.seen[3]
