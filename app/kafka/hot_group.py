@@ -55,41 +55,80 @@ def _take(frame: bytes, pos: int, n: int) -> bytes:
     return frame[pos:end]
 
 
+# The readers below inline `_take` and the one-byte varint: they run once per field of every
+# JoinGroup and SyncGroup of a rebalance.
+
+
 def _string(frame: bytes, pos: int) -> tuple[str, int]:
     (n,) = _I16.unpack_from(frame, pos)
-    return _take(frame, pos + 2, n).decode(), pos + 2 + n
+    pos += 2
+    end = pos + n
+    if n < 0 or end > len(frame):
+        raise _NotCommon
+    return frame[pos:end].decode(), end
 
 
 def _nullable_string(frame: bytes, pos: int) -> tuple[str | None, int]:
     (n,) = _I16.unpack_from(frame, pos)
     if n == -1:
         return None, pos + 2
-    return _take(frame, pos + 2, n).decode(), pos + 2 + n
+    pos += 2
+    end = pos + n
+    if n < 0 or end > len(frame):
+        raise _NotCommon
+    return frame[pos:end].decode(), end
 
 
 def _bytes(frame: bytes, pos: int) -> tuple[bytes, int]:
     (n,) = _I32.unpack_from(frame, pos)
-    return _take(frame, pos + 4, n), pos + 4 + n
+    pos += 4
+    end = pos + n
+    if n < 0 or end > len(frame):
+        raise _NotCommon
+    return frame[pos:end], end
 
 
 def _compact_string(frame: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _uvarint(frame, pos)
+    n = frame[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _uvarint(frame, pos)
     n -= 1  # -1: null, not allowed here
-    return _take(frame, pos, n).decode(), pos + n
+    end = pos + n
+    if n < 0 or end > len(frame):
+        raise _NotCommon
+    return frame[pos:end].decode(), end
 
 
 def _compact_nullable_string(frame: bytes, pos: int) -> tuple[str | None, int]:
-    n, pos = _uvarint(frame, pos)
+    n = frame[pos]
     if n == 0:
-        return None, pos
+        return None, pos + 1
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _uvarint(frame, pos)  # a long varint may still say null
     n -= 1
-    return _take(frame, pos, n).decode(), pos + n
+    end = pos + n
+    if n < 0:
+        return None, pos
+    if end > len(frame):
+        raise _NotCommon
+    return frame[pos:end].decode(), end
 
 
 def _compact_bytes(frame: bytes, pos: int) -> tuple[bytes, int]:
-    n, pos = _uvarint(frame, pos)
+    n = frame[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _uvarint(frame, pos)
     n -= 1
-    return _take(frame, pos, n), pos + n
+    end = pos + n
+    if n < 0 or end > len(frame):
+        raise _NotCommon
+    return frame[pos:end], end
 
 
 def _no_tags(frame: bytes, pos: int) -> int:

@@ -257,3 +257,13 @@ async def test_the_handlers_serve_a_hot_read_request_as_kios(version: int) -> No
         context, hot_sync(frame, sync_version)
     )
     assert service.core.seen[2] == service.core.seen[3]
+
+
+def test_long_varints_read_as_kio_reads_them() -> None:
+    """A length written in more bytes than it needs (0x80 0x00 is 0: null) means the same."""
+    frame = sync_frame(5, "c", **{**_SYNC, "protocol_type": None})
+    at = frame.index(b"\x00\x06range")  # protocol_type null, then protocol_name
+    padded = frame[:at] + b"\x80\x00" + frame[at + 1 :]
+    assert hot_sync(padded, 5) == generic_sync(padded, 5) == generic_sync(frame, 5)
+    name = frame[: at + 1] + b"\x86\x00" + frame[at + 2 :]  # "range" with a 2-byte length
+    assert hot_sync(name, 5) == generic_sync(name, 5) == generic_sync(frame, 5)
