@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from storage.engine import create_engine, sqlite_file, write_engine
 from storage.errors import translate_errors
 from storage.migrate import upgrade_async
+from storage.pg_append import PgAppender
 from storage.sqlite_thread import SqliteThread
 from storage.statements import Statements, Txn, run_async, run_sqlite3
 
@@ -28,10 +29,14 @@ def wall_clock_ms() -> int:
 class Database:
     """The SQLAlchemy engine, and on a SQLite file the two sqlite3 threads of the hot paths
     (None on PostgreSQL and for in-memory databases, which a second connection would not
-    see): `sqlite_writer` for appends and lease renewals, `sqlite_reader` for loads."""
+    see): `sqlite_writer` for appends and lease renewals, `sqlite_reader` for loads. On
+    PostgreSQL, `pg_appender` runs appends in one round trip on a connection of its own."""
 
     def __init__(
-        self, engine: AsyncEngine, sqlite_threads: tuple[SqliteThread, SqliteThread] | None
+        self,
+        engine: AsyncEngine,
+        sqlite_threads: tuple[SqliteThread, SqliteThread] | None,
+        connect_args: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.pg = engine.dialect.name == "postgresql"
@@ -41,6 +46,7 @@ class Database:
         if sqlite_threads is not None:
             self.sqlite_writer, self.sqlite_reader = sqlite_threads
         self._writes = write_engine(engine)
+        self.pg_appender = PgAppender(engine, connect_args or {}) if self.pg else None
 
     @classmethod
     async def open(
@@ -72,7 +78,7 @@ class Database:
             raise
         path = sqlite_file(engine.url) if engine.dialect.name == "sqlite" else None
         if path is None:
-            return cls(engine, None)
+            return cls(engine, None, engine_kwargs.get("connect_args"))
         threads = (
             SqliteThread(path, busy_timeout_ms, write=True),
             SqliteThread(path, busy_timeout_ms, write=False),
@@ -80,6 +86,8 @@ class Database:
         return cls(engine, threads)
 
     async def close(self) -> None:
+        if self.pg_appender is not None:
+            await self.pg_appender.close()
         for thread in (self.sqlite_writer, self.sqlite_reader):
             if thread is not None:
                 await thread.close()

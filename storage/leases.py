@@ -12,13 +12,10 @@ from typing import cast
 
 from sqlalchemy import bindparam, select, update
 
-from storage import errors
 from storage.database import Database
+from storage.pg_append import Claim, fence_error
 from storage.statements import Rows, Statements, Txn
 from storage.tables import partition_leases
-
-# (partition, node_id, epoch): a writer's claim on a partition's lease
-Claim = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +32,8 @@ def fence(sql: Statements, claims: Sequence[Claim]) -> Txn[None]:
     rows = yield sql.lease_rows(sorted({p for p, _, _ in claims}), "FOR SHARE")
     leases = {p: (owner, epoch) for p, owner, epoch in rows}
     for partition, node_id, claimed in claims:
-        owner, epoch = leases.get(partition, (None, None))
-        if owner != node_id or epoch != claimed:
-            raise errors.FencedError(partition, claimed, owner, epoch)
+        if leases.get(partition, (None, None)) != (node_id, claimed):
+            raise fence_error(claims, leases)
 
 
 class Leases:

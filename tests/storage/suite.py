@@ -272,6 +272,61 @@ class EventLogSuite(SecuritySuite):
             await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
         assert not await log.release_lease(0, NODE1, e)  # already released
 
+    # The tests above fence the first append of an epoch, which also reads the partitions' last
+    # offsets. Once those are cached, an append is the hot path (on PostgreSQL one statement
+    # that checks the leases and inserts): these fence it there.
+
+    async def test_a_fenced_batch_on_the_hot_path_appends_nothing(
+        self, log: EventLog, log2: EventLog
+    ) -> None:
+        epochs = await log.acquire_leases([0, 1], NODE1, TTL, T0)
+        await log.append([AppendBatch(p, epochs[p], NODE1, [rec(p)]) for p in (0, 1)])
+        e2 = await log2.acquire_lease(0, NODE2, TTL, T0 + TTL)  # node 1's lease lapsed
+        assert e2 == epochs[0] + 1
+        with pytest.raises(FencedError) as info:
+            await log.append(
+                [
+                    AppendBatch(1, epochs[1], NODE1, [rec(10), rec(11)]),
+                    AppendBatch(0, epochs[0], NODE1, [rec(12)]),
+                ]
+            )
+        assert (info.value.partition, info.value.epoch) == (0, epochs[0])
+        assert (info.value.owner_node_id, info.value.current_epoch) == (NODE2, e2)
+        # nothing of the transaction was written, not even the healthy partition's rows
+        assert [s.offset for s in await read_all(log, 1)] == [0]
+        assert [s.offset for s in await read_all(log, 0)] == [0]
+        # the healthy partition goes on densely; the new owner writes after node 1's rows
+        assert await log.append([AppendBatch(1, epochs[1], NODE1, [rec(13)])]) == [1]
+        assert await log2.append([AppendBatch(0, e2, NODE2, [rec(14)])]) == [1]
+
+    async def test_a_stale_epoch_beside_the_current_one_fences_the_whole_append(
+        self, log: EventLog
+    ) -> None:
+        e = await self.lease(log, 0)
+        await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
+        e_new = await log.acquire_lease(0, NODE1, TTL, T0 + TTL)  # ours again, a new epoch
+        assert e_new == e + 1
+        assert await log.append([AppendBatch(0, e_new, NODE1, [rec(1)])]) == [1]
+        with pytest.raises(FencedError) as info:
+            await log.append(
+                [AppendBatch(0, e_new, NODE1, [rec(1)]), AppendBatch(0, e, NODE1, [rec(2)])]
+            )
+        assert (info.value.epoch, info.value.current_epoch) == (e, e_new)
+        assert await log.end_offset(0) == 2
+        assert await log.append([AppendBatch(0, e_new, NODE1, [rec(3)])]) == [2]
+
+    async def test_an_empty_batch_is_fenced_on_the_hot_path_too(self, log: EventLog) -> None:
+        e = await self.lease(log, 0)
+        assert await log.append([AppendBatch(0, e, NODE1, [rec(0), rec(1)])]) == [1]
+        assert await log.append([AppendBatch(0, e, NODE1, [])]) == [1]  # the last offset
+        assert await log.release_lease(0, NODE1, e)
+        with pytest.raises(FencedError):
+            await log.append([AppendBatch(0, e, NODE1, [])])
+        with pytest.raises(FencedError) as info:  # a partition with no lease row at all
+            await log.append([AppendBatch(0, e, NODE1, [rec(2)]), AppendBatch(9, 1, NODE1, [])])
+        assert info.value.partition == 0  # the first fenced partition in partition order
+        assert await log.end_offset(0) == 2
+
     async def test_zombie_cannot_write_after_takeover(self, log: EventLog, log2: EventLog) -> None:
         """Node 1 keeps appending while node 2 takes the partition over: every node-1 record
         precedes every node-2 record, offsets stay dense, and node 1 ends up fenced."""
