@@ -290,7 +290,7 @@ def _be(data: Any, pos: Any, nbytes: int, ok: Any) -> Any:
     v = np.zeros(len(p), dtype=np.uint64)
     for i in range(nbytes):
         v = (v << np.uint64(8)) | data[p + i].astype(np.uint64)
-    return v
+    return np.where(ok, v, np.uint64(0))  # not the bytes at the start of the batch
 
 
 def _signed(v: Any, nbytes: int) -> Any:
