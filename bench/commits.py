@@ -217,7 +217,7 @@ async def _first_commit(client: Any, members: Sequence[_Member]) -> None:
     for idx, (m, raw) in enumerate(zip(members, await asyncio.gather(*futs), strict=True)):
         full = _SIZE.pack(HOT + idx) + raw
         _, off = entity_reader(cls.__header_schema__)(full, 0)
-        body, _ = entity_reader(cls)(full, off)
+        body: Any = entity_reader(cls)(full, off)[0]
         code = body.topics[0].partitions[0].error_code
         (fast,) = _ERR.unpack_from(full, len(full) - 5)
         if code != fast or code != 0:
@@ -451,7 +451,7 @@ async def _pg_floor(dsn: str, rows: _Rows, seconds: float, create: bool) -> tupl
     con = await asyncpg.connect(dsn)
     try:
         if create:
-            for ddl in _floor_table(postgresql.dialect()):
+            for ddl in _floor_table(postgresql.dialect()):  # type: ignore[no-untyped-call]
                 await con.execute(ddl)
         n = 0
         t0 = time.perf_counter()

@@ -48,7 +48,7 @@ from storage.envelope import (
 )
 from storage.errors import translate_errors
 from storage.leases import LeaseRow, Leases, fence
-from storage.pg_append import Claim, Columns
+from storage.pg_append import MAX_STATEMENT_BYTES, Claim, Columns
 from storage.security import Security
 from storage.statements import Rows, Stmt, Txn
 from storage.tables import log_history, log_records
@@ -179,10 +179,11 @@ class EventLog(Leases, Cluster, Compaction, Security):
         claims = [(b.partition, b.node_id, b.epoch) for b in batches]
         nxt, missing = self._cached_next(batches)
         pg = self._db.pg_appender
-        if pg is not None and not missing:
+        cols = None if pg is None or missing else self._columns(batches, nxt)
+        if pg is not None and cols is not None:
             # the usual case on PostgreSQL: fence and insert in one statement, one round trip
-            cols, last = self._columns(batches, nxt)
-            await pg.append(sorted(set(claims)), cols, now_ms)
+            last = await pg.append(sorted(set(claims)), cols, now_ms)
+            nxt = cols.next_offsets
         else:
             txn = self._append_txn(batches, claims, nxt, missing, now_ms)
             last = await self._db.transact(txn)
@@ -246,11 +247,13 @@ class EventLog(Leases, Cluster, Compaction, Security):
         return rows, last
 
     @staticmethod
-    def _columns(batches: Sequence[AppendBatch], nxt: dict[int, int]) -> tuple[Columns, list[int]]:
-        """_rows for PgAppender: the same rows, column by column (no append time: the
-        statement takes it once)."""
-        cols = Columns()
-        last: list[int] = []
+    def _columns(batches: Sequence[AppendBatch], nxt: dict[int, int]) -> Columns | None:
+        """_rows for PgAppender: the same rows, column by column (the append time is one
+        parameter), with the next offsets after them and each batch's last offset; None when
+        the keys and values add up to more than one statement should carry."""
+        cols = Columns(nxt)
+        nxt = cols.next_offsets
+        size = 0
         for b in batches:
             p, o, n = b.partition, nxt[b.partition], len(b.records)
             cols.partitions += [p] * n
@@ -258,13 +261,17 @@ class EventLog(Leases, Cluster, Compaction, Security):
             cols.epochs += [b.epoch] * n
             cols.nodes += [b.node_id] * n
             for r in b.records:
+                value = r.value
                 cols.types.append(int(r.type))
                 cols.keys.append(r.key)
-                cols.values.append(r.value)
+                cols.values.append(value)
+                size += len(r.key) + (0 if value is None else len(value))
+            if size > MAX_STATEMENT_BYTES:
+                return None
             o += n
             nxt[p] = o
-            last.append(o - 1)
-        return cols, last
+            cols.last.append(o - 1)
+        return cols
 
     async def read(
         self,

@@ -54,12 +54,24 @@ SELECT NOT EXISTS (SELECT FROM fenced), (SELECT count(*) FROM ins),
     (SELECT array_agg(epoch) FROM lease)"""
 
 
+# Keys and values one statement carries at most: its arrays travel in one Bind message, which
+# PostgreSQL caps at 1 GB. A larger append (records may be 16 MiB each) takes the executemany
+# transaction, one Bind per row.
+MAX_STATEMENT_BYTES = 64 << 20
+
+
 class Columns:
-    """The rows of one append, column by column (what the statement unnests)."""
+    """The rows of one append, column by column (what the statement unnests); the next offset
+    of each partition after them and the last offset of each batch."""
 
-    __slots__ = ("epochs", "keys", "nodes", "offsets", "partitions", "types", "values")
+    __slots__ = (
+        "epochs", "keys", "last", "next_offsets", "nodes", "offsets", "partitions", "types",
+        "values",
+    )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, next_offsets: dict[int, int]) -> None:
+        self.next_offsets = dict(next_offsets)
+        self.last: list[int] = []
         self.partitions: list[int] = []
         self.offsets: list[int] = []
         self.types: list[int] = []
@@ -93,9 +105,10 @@ class PgAppender:
         self._driver: Any = None  # asyncpg.Connection
         self._stmt: Any = None  # asyncpg.PreparedStatement of APPEND_SQL
 
-    async def append(self, claims: Sequence[Claim], cols: Columns, now_ms: int) -> None:
-        """Insert `cols` if every claim holds its lease, else raise FencedError and insert
-        nothing. Storage errors come out as storage.errors types."""
+    async def append(self, claims: Sequence[Claim], cols: Columns, now_ms: int) -> list[int]:
+        """Insert `cols` if every claim holds its lease (then return the last offset of each
+        batch), else raise FencedError and insert nothing. Storage errors come out as
+        storage.errors types."""
         parts = [c[0] for c in claims]
         nodes = [c[1] for c in claims]
         epochs = [c[2] for c in claims]
@@ -115,6 +128,7 @@ class PgAppender:
             raise fence_error(claims, leases)
         if inserted != len(cols):
             raise errors.StorageError(f"append inserted {inserted} of {len(cols)} rows")
+        return cols.last
 
     async def _run(self, args: Sequence[Any]) -> Any:
         try:

@@ -140,3 +140,28 @@ async def test_the_append_connection_is_replaced_when_the_server_drops_it(
 
 def _dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def test_an_append_too_large_for_one_statement_takes_the_executemany_path(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await pg_truncate(pg_database)
+    log = await EventLog.open(pg_database)
+    try:
+        epochs = await _warm(log, [0, 1])
+        monkeypatch.setattr("storage.log.MAX_STATEMENT_BYTES", 1000)
+        appender = log._db.pg_appender
+        assert appender is not None
+        await appender._drop()  # the hot statement must not run (it would reconnect)
+        big = [rec(i, b"x" * 300) for i in range(5)]
+        assert await log.append(
+            [AppendBatch(0, epochs[0], NODE1, [rec(9)]), AppendBatch(1, epochs[1], NODE1, big)]
+        ) == [2, 6]
+        assert appender._driver is None
+        monkeypatch.undo()
+        assert await log.append([AppendBatch(1, epochs[1], NODE1, [rec(10)])]) == [7]
+        assert appender._driver is not None
+        stored = await read_all(log, 1)
+        assert [s.offset for s in stored] == list(range(8)) and stored[3].value == b"x" * 300 + b"1"
+    finally:
+        await log.close()
