@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, cast
 
-from app.group.messages import Error
+from app.group.messages import Error, JoinGroupRequest, SyncGroupRequest
 from app.kafka.apis import (
     API_VERSIONS,
     ApiVersionEntry,
@@ -31,11 +31,12 @@ from app.kafka.context import (
     AsyncHandler,
     HandlerResult,
     RequestContext,
-    drive,
     reply_error_code,
+    resume,
 )
-from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION
+from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION, JOIN_GROUP, SYNC_GROUP
 from app.kafka.hot import HeartbeatFields, heartbeat_reply, read_heartbeat
+from app.kafka.hot_group import read_join_group, read_sync_group
 from app.kafka.limits import (
     HEAVY_FRAME_BYTES,
     SHED_CHECK_S,
@@ -300,15 +301,20 @@ class KafkaConnection(asyncio.Protocol):
                 return
             self.abort(f"unsupported request {api_name(api_key)} (key {api_key}) v{version}")
             return
-        try:
-            header, body = entry.decode(frame, self._decode_limits)
-        except Exception as exc:
-            self.abort(f"undecodable {entry.api.name} v{version} request: {exc!r}")
-            return
+        body = self._read_hot(api_key, version, frame)
+        if body is not None:
+            client_id = body.client_id if isinstance(body, JoinGroupRequest) else ""
+        else:
+            try:
+                header, body = entry.decode(frame, self._decode_limits)
+            except Exception as exc:
+                self.abort(f"undecodable {entry.api.name} v{version} request: {exc!r}")
+                return
+            client_id = header.client_id or ""
         ctx = RequestContext(
             service=self._service,
             api_version=version,
-            client_id=header.client_id or "",
+            client_id=client_id,
             client_host=self._host,
             closed=self._closed,
             principal=self.principal,
@@ -337,6 +343,26 @@ class KafkaConnection(asyncio.Protocol):
         data = self._encode(entry, ctx, body, correlation_id, result)
         if data:
             self._emit(data)
+
+    def _read_hot(
+        self, api_key: int, version: int, frame: bytes
+    ) -> JoinGroupRequest | SyncGroupRequest | None:
+        """A rebalance's JoinGroup or SyncGroup read by app/kafka/hot_group.py straight into
+        the internal request its handler takes; None: kio's generic reader decides."""
+        limits = self._decode_limits
+        if api_key == JOIN_GROUP:
+            return read_join_group(
+                frame,
+                version,
+                limits.max_client_id_bytes,
+                limits.max_request_elements,
+                self._host,
+            )
+        if api_key == SYNC_GROUP:
+            return read_sync_group(
+                frame, version, limits.max_client_id_bytes, limits.max_request_elements
+            )
+        return None
 
     def _heartbeat(self, fields: HeartbeatFields, version: int, correlation_id: int) -> None:
         """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and
@@ -418,11 +444,7 @@ class KafkaConnection(asyncio.Protocol):
         """A handler that must wait: its reply keeps its place in the output order."""
         slot = _Slot()
         self._slots.append(slot)
-        assert self._loop is not None
-        task = self._loop.create_task(drive(coro, step), name=entry.api.name)
-        task.add_done_callback(
-            functools.partial(self._on_done, slot, entry, ctx, body, correlation_id)
-        )
+        resume(coro, step, functools.partial(self._on_done, slot, entry, ctx, body, correlation_id))
         self._update_reading()
 
     def _on_done(
@@ -432,14 +454,13 @@ class KafkaConnection(asyncio.Protocol):
         ctx: RequestContext,
         body: Any,
         correlation_id: int,
-        task: asyncio.Task[HandlerResult],
+        result: HandlerResult,
+        exc: BaseException | None,
     ) -> None:
-        if task.cancelled():
-            result: HandlerResult = self._error_result(entry, ctx, body, None)
-        elif (exc := task.exception()) is not None:
+        if isinstance(exc, asyncio.CancelledError):
+            result = self._error_result(entry, ctx, body, None)
+        elif exc is not None:
             result = self._error_result(entry, ctx, body, exc)
-        else:
-            result = task.result()
         if self._closing:
             return
         data = self._encode(entry, ctx, body, correlation_id, result)

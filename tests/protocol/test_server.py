@@ -7,6 +7,7 @@ import asyncio
 import logging
 import struct
 import time
+from typing import Any
 
 import pytest
 from kio.index import load_response_schema
@@ -279,20 +280,28 @@ async def test_fetch_of_unknown_topic_answers_at_once(client: KafkaTestClient) -
     }
 
 
-async def test_fetch_wait_ends_when_the_connection_closes(client: KafkaTestClient) -> None:
+async def test_fetch_wait_ends_when_the_connection_closes(
+    client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.kafka import cluster_apis
+
+    answered: list[object] = []
+    real = cluster_apis._fetch_response
+
+    def recording(*args: Any) -> Any:
+        answered.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(cluster_apis, "_fetch_response", recording)
     client.send(fetch_request(12, max_wait_ms=20_000))
-    await asyncio.sleep(0.05)
-
-    def fetch_tasks() -> list[asyncio.Task[object]]:
-        return [t for t in asyncio.all_tasks() if t.get_name() == "Fetch" and not t.done()]
-
-    assert fetch_tasks()
+    await asyncio.sleep(0.2)
+    assert not answered  # the long poll waits
     await client.close()
     for _ in range(50):
-        if not fetch_tasks():
+        if answered:
             break
         await asyncio.sleep(0.01)
-    assert not fetch_tasks()
+    assert answered  # and ends with the connection, not after 20 s
 
 
 async def test_produce_acks_0_sends_nothing_and_stream_stays_in_sync(
@@ -326,7 +335,7 @@ async def test_stop_closes_open_connections(node: RunningNode, client: KafkaTest
 
 
 async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() -> None:
-    from app.kafka.context import drive as _resume
+    from app.kafka.context import resume
 
     loop = asyncio.get_running_loop()
 
@@ -337,20 +346,21 @@ async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() ->
         except KeyError:
             return -1
 
-    # result, exception thrown in at the await, and cancellation reaching the awaited future
+    # result, exception thrown in at the await, and cancellation reaching the handler there
     for outcome in ("result", "error", "cancel"):
         fut: asyncio.Future[int] = loop.create_future()
         coro = handler(fut)
-        task = loop.create_task(_resume(coro, coro.send(None)))
+        done: asyncio.Future[tuple[object, BaseException | None]] = loop.create_future()
+        resume(coro, coro.send(None), lambda r, e, done=done: done.set_result((r, e)))
         await asyncio.sleep(0.01)
+        assert not done.done()
         if outcome == "result":
             fut.set_result(41)
-            assert await task == 42
+            assert await done == (42, None)
         elif outcome == "error":
             fut.set_exception(KeyError("x"))
-            assert await task == -1
+            assert await done == (-1, None)
         else:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert fut.cancelled()
+            fut.cancel()
+            result, exc = await done
+            assert result is None and isinstance(exc, asyncio.CancelledError)
