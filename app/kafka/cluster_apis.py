@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from app.group.messages import Error
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import NO_RESPONSE, Api, HandlerResult, RequestContext
-from app.kafka.group_apis import SLICE
+from app.kafka.group_apis import SLICE, next_slice
 from app.kafka.offset_apis import is_known_partition
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.service import CoordinatorLookup
@@ -88,7 +88,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> HandlerResult:
         seen: set[Any] = set()
         for i, topic in enumerate(requested):
             if i and i % SLICE == 0:
-                await asyncio.sleep(0)  # a slice of names per turn of the loop
+                await next_slice()  # a slice of names per turn of the lane
             name = topic.name
             key = name if name is not None else topic.topic_id
             if key in seen:

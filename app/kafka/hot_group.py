@@ -10,10 +10,7 @@ element bound before reading it. A frame outside the shape every client sends (t
 a null where the schema has none, a client id or array over its bound, bytes after the last
 field, invalid UTF-8, anything truncated) returns None, and the generic path answers or rejects
 it exactly as before. tests/protocol/test_hot_group.py holds both paths to the same requests.
-
-Not wired yet: app/kafka/server.py's `_on_frame` owns that (see the module's report in the
-issue); `read_join_group` / `read_sync_group` are what it would call before the version table's
-generic `decode`.
+app/kafka/server.py's `_read_hot` calls these before the version table's generic `decode`.
 """
 
 from __future__ import annotations

@@ -133,6 +133,10 @@ class KafkaConnection(asyncio.Protocol):
         refused = self._server.admit(self)
         if refused:
             self.abort(refused)
+        elif self._shed:
+            # the node sheds load: a new connection waits like the others (attackers that
+            # open a connection per request would otherwise be the only ones served)
+            self._update_reading()
 
     def tls_established(self, peercert: dict[str, Any] | None) -> None:
         """The TLS handshake is done (TlsLayer). Without SASL, the client certificate's
