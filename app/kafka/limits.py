@@ -45,7 +45,7 @@ class ServerLimits:
 # requests of every other connection are never queued behind many of them.
 HEAVY_FRAME_BYTES: Final = 16 * 1024
 # A connection serves frames of one read for this long, then lets the others have the loop.
-TURN_SHARE_S: Final = 0.005
+TURN_SHARE_S: Final = 0.002
 # The loop is checked every SHED_CHECK_S; when a check comes SHED_LAG_S late, every connection
 # stops reading until one comes less than a quarter of that late.
 SHED_CHECK_S: Final = 0.05
