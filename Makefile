@@ -34,7 +34,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 test: install deps lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~8-10 min here)
 bench: install deps

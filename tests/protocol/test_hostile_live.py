@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.support.nodes import ROOT, CoordinatorProcess
 
 RSS_CEILING_MB = 600  # the node's resident memory, attack or not (README: Limits)
@@ -29,6 +31,7 @@ def spawn(role: str, address: str, out: Path, **kw: object) -> subprocess.Popen[
     return subprocess.Popen(args, cwd=ROOT)
 
 
+@pytest.mark.latency
 def test_the_attack_mix_neither_stops_nor_stalls_the_node(tmp_path: Path) -> None:
     node = CoordinatorProcess(
         f"sqlite+aiosqlite:///{tmp_path}/c.db",
