@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -126,3 +127,30 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+@contextmanager
+def server_process(code: str, what: str) -> Iterator[tuple[int, int]]:
+    """(port, pid) of a floor server run as `python -c code` (`{port}` in `code` is filled in
+    with a free port); it prints `ready` once it listens, and is stopped on exit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code.format(port=port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"{what} did not start (exit {proc.poll()})")
+        yield port, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -34,10 +34,7 @@ import contextlib
 import json
 import math
 import os
-import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -48,8 +45,16 @@ from pathlib import Path
 from typing import Any
 
 from app.group.messages import Error
-from bench.common import node, run_async, run_workers, sleep_until, start_barrier, worker_processes
-from bench.report import ROOT, BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
+from bench.common import (
+    node,
+    run_async,
+    run_workers,
+    server_process,
+    sleep_until,
+    start_barrier,
+    worker_processes,
+)
+from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
 from tests.support.consumer_bytes import assignment, subscription
 from tests.support.kafka_client import KafkaTestClient
 
@@ -349,28 +354,9 @@ def serve_echo(port: int, reply_size: int) -> None:
 @contextlib.contextmanager
 def echo_server(reply_size: int) -> Iterator[tuple[int, int]]:
     """(port, pid) of a `serve_echo` process, killed on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    code = f"from bench.heartbeats import serve_echo; serve_echo({port}, {reply_size})"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"echo server did not start (exit {proc.poll()})")
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    code = f"from bench.heartbeats import serve_echo; serve_echo({{port}}, {reply_size})"
+    with server_process(code, "echo server") as server:
+        yield server
 
 
 # ---- one measured window ----------------------------------------------------------------------

@@ -18,16 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import struct
-import subprocess
-import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
 
-from bench.common import run_async
-from bench.report import ROOT
+from bench.common import run_async, server_process
 
 CONTROL = -1
 _SIZE = struct.Struct(">i")
@@ -110,24 +105,7 @@ def serve(port: int) -> None:
 @contextlib.contextmanager
 def echo_server() -> Iterator[tuple[int, int]]:
     """(port, pid) of a `serve` process, killed on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    proc = subprocess.Popen(
-        [sys.executable, "-c", f"from bench.rebalance_echo import serve; serve({port})"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"echo server did not start (exit {proc.poll()})")
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with server_process(
+        "from bench.rebalance_echo import serve; serve({port})", "echo server"
+    ) as server:
+        yield server

@@ -58,10 +58,7 @@ import json
 import math
 import os
 import secrets
-import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -73,8 +70,15 @@ from typing import Any
 
 from bench import commits as commits_bench
 from bench import heartbeats as hb
-from bench.common import run_async, run_workers, sleep_until, start_barrier, worker_processes
-from bench.report import ROOT, BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
+from bench.common import (
+    run_async,
+    run_workers,
+    server_process,
+    sleep_until,
+    start_barrier,
+    worker_processes,
+)
+from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
 from tests.support.consumer_bytes import assignment, subscription
 from tests.support.kafka_client import AuthenticationError, KafkaTestClient
 
@@ -457,28 +461,12 @@ def serve_tls_echo(port: int, certfile: str, keyfile: str) -> None:
 @contextlib.contextmanager
 def tls_echo_server(certfile: Path, keyfile: Path) -> Iterator[tuple[int, int]]:
     """(port, pid) of a `serve_tls_echo` process, stopped on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    code = f"from bench.security import serve_tls_echo; serve_tls_echo({port}, {str(certfile)!r}, {str(keyfile)!r})"  # noqa: E501
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    code = (
+        "from bench.security import serve_tls_echo; "
+        f"serve_tls_echo({{port}}, {str(certfile)!r}, {str(keyfile)!r})"
     )
-    try:
-        assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
-            raise RuntimeError(f"TLS echo server did not start (exit {proc.poll()})")
-        yield port, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with server_process(code, "TLS echo server") as server:
+        yield server
 
 
 @dataclass

@@ -62,10 +62,3 @@ def apache_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ka
         yield broker
     finally:
         broker.stop()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that bound a latency (`@pytest.mark.latency`) run first: the session's JVMs (the
-    Spark session, Apache Kafka's broker) start later and stay up until the run ends, and on a
-    2-core machine their background threads are CPU the node under test would not have."""
-    items[:] = sorted(items, key=lambda item: item.get_closest_marker("latency") is None)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from bench.security import (
     STORM_BOUND_MS,
     STORM_CLIENTS,
@@ -27,7 +25,6 @@ from bench.security import (
 STORMS = 2
 
 
-@pytest.mark.latency
 def test_an_authentication_storm_neither_stalls_nor_fences_authenticated_members(
     tmp_path: Path,
 ) -> None:
