@@ -364,3 +364,25 @@ async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() ->
             fut.cancel()
             result, exc = await done
             assert result is None and isinstance(exc, asyncio.CancelledError)
+
+
+# --- load shedding -----------------------------------------------------------------------------
+
+
+async def test_a_connection_opened_while_shedding_waits_like_the_others(node: RunningNode) -> None:
+    """While the node sheds load no connection is read, a new one included: an attacker that
+    opens a connection per request must not be the only client served."""
+    server = node.server
+    assert server._watchdog is not None
+    server._watchdog.cancel()  # hold the shedding state where the test puts it
+    server._shed_all(True)
+    late = await node.client("opened-while-shedding")
+    try:
+        answer = asyncio.ensure_future(late.api_versions(version=3))
+        await asyncio.sleep(0.3)
+        assert not answer.done(), "a connection opened while shedding was read"
+        server._shed_all(False)
+        resp = await asyncio.wait_for(answer, 5)
+        assert resp.error_code == Error.NONE
+    finally:
+        await late.close()
