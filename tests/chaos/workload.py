@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.support.consumer_bytes import assignment, range_assign, subscription
 from tests.support.kafka_client import ConnectionClosed, KafkaTestClient
+from tests.support.tasks import cancel_and_wait
 
 # error codes (app.group.messages.Error)
 NONE = 0
@@ -167,11 +168,7 @@ class Workload:
                     self.crashes.append(f"{t.get_name()}: {t.exception()!r}")
                     tasks.remove(t)
                     break
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(BaseException):
-                await t
+        await asyncio.gather(*(cancel_and_wait(t) for t in tasks))
         for m in self.members:
             await self._drop(m)
 

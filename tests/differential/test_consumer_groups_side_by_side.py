@@ -11,7 +11,6 @@ outputs is written to artifacts/kcg-side-by-side.txt for the reader.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import subprocess
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from tests.support.consumer_bytes import assignment, subscription
 from tests.support.java import TOOL_CLASS, java_build, java_command  # noqa: F401 - fixture
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.nodes import ROOT
+from tests.support.tasks import cancel_and_wait
 
 STABLE = "kcg-side-stable"
 EMPTY = "kcg-side-empty"
@@ -106,9 +106,7 @@ class Shape:
 
     async def close(self) -> None:
         if self.beating is not None:
-            self.beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.beating
+            await cancel_and_wait(self.beating)
         await self.run.close()
 
 
