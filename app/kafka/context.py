@@ -7,7 +7,7 @@ import enum
 import inspect
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from app.group.messages import Error
 from app.security.acl import AclOperation, ResourceType
@@ -125,9 +125,16 @@ def resume(
     wait(step)
 
 
-def reply_error_code(version: int, result: HandlerResult) -> int:
+# APIs whose replies carry errors per partition only (OffsetCommit): 0 in the metrics
+_NO_TOP_LEVEL_ERROR: Final = frozenset({8})
+
+
+def reply_error_code(api_key: int, version: int, result: HandlerResult) -> int:
     """The reply's top-level error code for metrics (0 when the reply has none)."""
-    if isinstance(result, bytes):  # hand-packed Heartbeat body: [throttle_time_ms] error_code
+    if isinstance(result, bytes):
+        if api_key in _NO_TOP_LEVEL_ERROR:
+            return 0
+        # a hand-packed Heartbeat, JoinGroup or SyncGroup body: [throttle_time_ms] error_code
         offset = 0 if version == 0 else 4
         return int.from_bytes(result[offset : offset + 2], "big", signed=True)
     code = getattr(result, "error_code", 0)

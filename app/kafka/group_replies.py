@@ -1,11 +1,11 @@
-"""JoinGroup and SyncGroup reply bodies packed with `struct`, beside kio.
+"""JoinGroup, SyncGroup and OffsetCommit reply bodies packed with `struct`, beside kio.
 
 A rebalance of N members sends 2N of these replies in one burst, and kio's pure-Python writer
 (build the versioned entity, validate every field, walk the schema) cost more than the
 coordinator's own work for them (issue 16). These functions write the very bytes kio writes for
-every version the node serves (JoinGroup v0-9, SyncGroup v0-5), from the internal responses;
-tests/protocol/test_group_replies.py holds them to kio's encoding byte for byte, version by
-version, over generated responses.
+every version the node serves (JoinGroup v0-9, SyncGroup v0-5, OffsetCommit v2-9), from the
+internal responses; tests/protocol/test_group_replies.py holds them to kio's encoding byte for
+byte, version by version, over generated responses.
 
 Layouts (Kafka's JoinGroupResponse.json / SyncGroupResponse.json):
 - JoinGroup: [throttle_time_ms v2+] error_code generation_id [protocol_type v7+, nullable]
@@ -14,21 +14,30 @@ Layouts (Kafka's JoinGroupResponse.json / SyncGroupResponse.json):
   tagged fields after each member and the body) from v6.
 - SyncGroup: [throttle_time_ms v1+] error_code [protocol_type, protocol_name v5+, nullable]
   assignment; flexible from v4.
+- OffsetCommit: [throttle_time_ms v3+] topics[name, partitions[partition_index, error_code]];
+  flexible from v8.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 from kio.schema.errors import ErrorCode
 
-from app.group.messages import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+from app.group.messages import (
+    JoinGroupMember,
+    JoinGroupResponse,
+    PartitionResult,
+    SyncGroupResponse,
+)
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _ERROR: Final = struct.Struct(">h")
 _THROTTLE_ERROR: Final = struct.Struct(">ih")
+_I32_I16: Final = struct.Struct(">ih")
 _ERROR_GEN: Final = struct.Struct(">hi")
 _THROTTLE_ERROR_GEN: Final = struct.Struct(">ihi")
 _NULL16: Final = _I16.pack(-1)
@@ -195,3 +204,36 @@ def sync_group_body(resp: SyncGroupResponse, version: int) -> bytes:
     error = _code(resp.error)
     head = _THROTTLE_ERROR.pack(0, error) if version >= 1 else _ERROR.pack(error)
     return head + _I32.pack(len(assignment)) + assignment
+
+
+# --- OffsetCommit (8) ------------------------------------------------------------------------
+
+
+def offset_commit_body(partitions: Sequence[PartitionResult], version: int) -> bytes:
+    """The OffsetCommitResponse body of `version` (2-9): kio's bytes for the partitions'
+    results, grouped by topic in first-seen order (the request's)."""
+    by_topic: dict[str, list[PartitionResult]] = {}
+    for p in partitions:
+        by_topic.setdefault(p.topic, []).append(p)
+    pack = _I32_I16.pack
+    flexible = version >= 8
+    out = [_I32.pack(0)] if version >= 3 else []  # throttle_time_ms
+    append = out.append
+    if flexible:
+        append(_uvarint(len(by_topic) + 1))
+        for name, parts in by_topic.items():
+            append(_compact_string(name))
+            append(_uvarint(len(parts) + 1))
+            for p in parts:
+                append(pack(p.partition, _code(p.error)))
+                append(b"\x00")  # the partition's tagged fields
+            append(b"\x00")  # the topic's
+        append(b"\x00")  # the body's
+    else:
+        append(_I32.pack(len(by_topic)))
+        for name, parts in by_topic.items():
+            append(_string(name))
+            append(_I32.pack(len(parts)))
+            for p in parts:
+                append(pack(p.partition, _code(p.error)))
+    return b"".join(out)

@@ -1,5 +1,5 @@
-"""JoinGroup and SyncGroup read with `struct`, beside kio: the rebalance's request side of the
-hot path app/kafka/hot.py opened for Heartbeat.
+"""JoinGroup, SyncGroup and OffsetCommit read with `struct`, beside kio: the rebalance's and the
+committers' request side of the hot path app/kafka/hot.py opened for Heartbeat.
 
 A rebalance of N members brings 2N of these frames in one burst. The generic reader walks each
 frame's bounds (app/kafka/bounded.py), has kio build its versioned entity, and `decode_*`
@@ -11,11 +11,16 @@ a null where the schema has none, a client id or array over its bound, bytes aft
 field, invalid UTF-8, anything truncated) returns None, and the generic path answers or rejects
 it exactly as before. tests/protocol/test_hot_group.py holds both paths to the same requests.
 app/kafka/server.py's `_read_hot` calls these before the version table's generic `decode`.
+
+OffsetCommit is a consumer's most frequent request after Heartbeat (one per poll loop with
+auto-commit, one per batch with manual commits); it is read into `OffsetCommitWire`, the shape
+`handle_offset_commit` works from whichever reader read the frame.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Final
 
 from app.group.messages import JoinGroupRequest, SyncGroupRequest
@@ -23,6 +28,27 @@ from app.group.messages import JoinGroupRequest, SyncGroupRequest
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I32X2: Final = struct.Struct(">ii")
+_I64: Final = struct.Struct(">q")
+_I32_I64: Final = struct.Struct(">iq")
+_I32_I64_I32: Final = struct.Struct(">iqi")
+
+# (partition, committed offset, committed leader epoch (-1 before v6), committed metadata)
+CommittedPartition = tuple[int, int, int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitWire:
+    """An OffsetCommit (v2-9) as the client sent it, before the edge's checks (authorization,
+    known partitions): read by `read_offset_commit`, or made from kio's entity by
+    app/kafka/offset_apis.py's `wire_offset_commit`."""
+
+    version: int
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None  # v7+
+    retention_time_ms: int  # v2-4; -1 after
+    topics: tuple[tuple[str, tuple[CommittedPartition, ...]], ...]  # request order
 
 
 class _NotCommon(Exception):
@@ -267,4 +293,73 @@ def read_sync_group(
         protocol_type,
         protocol_name,
         tuple(assignments),
+    )
+
+
+def read_offset_commit(
+    frame: bytes, version: int, max_client_id: int, max_elements: int
+) -> OffsetCommitWire | None:
+    """The OffsetCommit (v2-9) in `frame` as `wire_offset_commit` makes it from kio's entity, or
+    None. The element bound is spent as app/kafka/bounded.py spends it: topics plus partitions."""
+    try:
+        _client_id, pos = _header(frame, version >= 8, max_client_id)
+        topics: list[tuple[str, tuple[CommittedPartition, ...]]] = []
+        budget = max_elements
+        instance_id = None
+        retention_ms = -1
+        if version >= 8:
+            group_id, pos = _compact_string(frame, pos)
+            (generation_id,) = _I32.unpack_from(frame, pos)
+            member_id, pos = _compact_string(frame, pos + 4)
+            instance_id, pos = _compact_nullable_string(frame, pos)
+            n, pos = _uvarint(frame, pos)
+            budget -= _count(n - 1, budget)
+            for _ in range(n - 1):
+                name, pos = _compact_string(frame, pos)
+                m, pos = _uvarint(frame, pos)
+                budget -= _count(m - 1, budget)
+                parts: list[CommittedPartition] = []
+                for _ in range(m - 1):
+                    partition, offset, epoch = _I32_I64_I32.unpack_from(frame, pos)
+                    metadata, pos = _compact_nullable_string(frame, pos + 16)
+                    pos = _no_tags(frame, pos)
+                    parts.append((partition, offset, epoch, metadata))
+                pos = _no_tags(frame, pos)
+                topics.append((name, tuple(parts)))
+            pos = _no_tags(frame, pos)
+        else:
+            group_id, pos = _string(frame, pos)
+            (generation_id,) = _I32.unpack_from(frame, pos)
+            member_id, pos = _string(frame, pos + 4)
+            if version >= 7:
+                instance_id, pos = _nullable_string(frame, pos)
+            if version <= 4:
+                (retention_ms,) = _I64.unpack_from(frame, pos)
+                pos += 8
+            (n,) = _I32.unpack_from(frame, pos)
+            pos += 4
+            budget -= _count(n, budget)
+            for _ in range(n):
+                name, pos = _string(frame, pos)
+                (m,) = _I32.unpack_from(frame, pos)
+                pos += 4
+                budget -= _count(m, budget)
+                parts = []
+                for _ in range(m):
+                    if version >= 6:
+                        partition, offset, epoch = _I32_I64_I32.unpack_from(frame, pos)
+                        pos += 16
+                    else:
+                        partition, offset = _I32_I64.unpack_from(frame, pos)
+                        epoch = -1
+                        pos += 12
+                    metadata, pos = _nullable_string(frame, pos)
+                    parts.append((partition, offset, epoch, metadata))
+                topics.append((name, tuple(parts)))
+    except _ERRORS:
+        return None
+    if pos != len(frame):
+        return None
+    return OffsetCommitWire(
+        version, group_id, generation_id, member_id, instance_id, retention_ms, tuple(topics)
     )

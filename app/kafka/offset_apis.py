@@ -23,6 +23,8 @@ from app.group.messages import (
 from app.kafka.codec import build, group_by_topic, ms, response_class
 from app.kafka.context import Api, RequestContext
 from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
+from app.kafka.group_replies import offset_commit_body
+from app.kafka.hot_group import OffsetCommitWire
 from app.security.acl import AclOperation, ResourceType
 from app.service import CoordinatorError
 
@@ -50,83 +52,92 @@ def _everything(topic: str) -> bool:
     return True
 
 
+def wire_offset_commit(req: Any) -> OffsetCommitWire:
+    """kio's OffsetCommit entity, as app/kafka/hot_group.py's `read_offset_commit` reads it."""
+    version = int(req.__version__)
+    return OffsetCommitWire(
+        version,
+        req.group_id,
+        req.generation_id_or_member_epoch,
+        req.member_id,
+        req.group_instance_id if version >= 7 else None,
+        ms(req.retention_time) if version <= 4 else -1,
+        tuple(
+            (
+                t.name,
+                tuple(
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch if version >= 6 else -1,
+                        p.committed_metadata,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        ),
+    )
+
+
+def _as_wire(req: Any) -> OffsetCommitWire:
+    # kio's entity, or what app/kafka/hot_group.py read
+    return req if isinstance(req, OffsetCommitWire) else wire_offset_commit(req)
+
+
 def decode_offset_commit(
     req: Any, topics: Mapping[str, int], readable: Callable[[str], bool] = _everything
 ) -> tuple[OffsetCommitRequest, tuple[PartitionResult, ...]]:
     """The internal request (known, authorized partitions only) and the partitions refused at
     the edge: TOPIC_AUTHORIZATION_FAILED where the principal may not READ the topic."""
-    version = int(req.__version__)
+    wire = _as_wire(req)
     accepted: list[OffsetCommitPartition] = []
     refused: list[PartitionResult] = []
-    for topic in req.topics:
-        allowed = readable(topic.name)
-        for p in topic.partitions:
+    for name, partitions in wire.topics:
+        allowed = readable(name)
+        count = topics.get(name)
+        for partition, offset, leader_epoch, metadata in partitions:
             if not allowed:
-                refused.append(
-                    PartitionResult(topic.name, p.partition_index, Error.TOPIC_AUTHORIZATION_FAILED)
-                )
-                continue
-            if not is_known_partition(topics, topic.name, p.partition_index):
+                refused.append(PartitionResult(name, partition, Error.TOPIC_AUTHORIZATION_FAILED))
+            elif count is None or not 0 <= partition < count:
                 # protocol.md §8.2 (KafkaApis): unknown topic/partition answered per partition
-                refused.append(
-                    PartitionResult(topic.name, p.partition_index, Error.UNKNOWN_TOPIC_OR_PARTITION)
+                refused.append(PartitionResult(name, partition, Error.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                accepted.append(
+                    OffsetCommitPartition(name, partition, offset, leader_epoch, metadata)
                 )
-                continue
-            accepted.append(
-                OffsetCommitPartition(
-                    topic=topic.name,
-                    partition=p.partition_index,
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
-                    metadata=p.committed_metadata,
-                )
-            )
     internal = OffsetCommitRequest(
-        group_id=req.group_id,
-        generation_id=req.generation_id_or_member_epoch,
-        member_id=req.member_id,
-        group_instance_id=req.group_instance_id if version >= 7 else None,
+        group_id=wire.group_id,
+        generation_id=wire.generation_id,
+        member_id=wire.member_id,
+        group_instance_id=wire.group_instance_id,
         partitions=tuple(accepted),
-        retention_time_ms=ms(req.retention_time) if version <= 4 else -1,
-        unknown_group_not_found=version >= 9,
+        retention_time_ms=wire.retention_time_ms,
+        unknown_group_not_found=wire.version >= 9,
     )
     return internal, tuple(refused)
 
 
-def encode_offset_commit(partitions: Sequence[PartitionResult], version: int) -> Any:
-    by_topic = group_by_topic((p.topic, p) for p in partitions)
-    return build(
-        response_class(OFFSET_COMMIT, version),
-        topics=[
-            {
-                "name": name,
-                "partitions": [
-                    {"partition_index": p.partition, "error_code": p.error} for p in parts
-                ],
-            }
-            for name, parts in by_topic.items()
-        ],
-    )
+def encode_offset_commit(partitions: Sequence[PartitionResult], version: int) -> bytes:
+    """The reply body, packed with struct (app/kafka/group_replies.py: kio's bytes)."""
+    return offset_commit_body(partitions, version)
 
 
 def _commit_results_in_request_order(
-    req: Any, results: Mapping[tuple[str, int], Error]
+    wire: OffsetCommitWire, results: Mapping[tuple[str, int], Error]
 ) -> list[PartitionResult]:
     return [
-        PartitionResult(
-            t.name,
-            p.partition_index,
-            results.get((t.name, p.partition_index), Error.UNKNOWN_SERVER_ERROR),
-        )
-        for t in req.topics
-        for p in t.partitions
+        PartitionResult(name, p[0], results.get((name, p[0]), Error.UNKNOWN_SERVER_ERROR))
+        for name, partitions in wire.topics
+        for p in partitions
     ]
 
 
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
-    authorize_group(ctx, AclOperation.READ, req.group_id)
+    wire = _as_wire(req)
+    authorize_group(ctx, AclOperation.READ, wire.group_id)
     internal, refused = decode_offset_commit(
-        req,
+        wire,
         ctx.service.cluster().topics,
         lambda topic: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, topic),
     )
@@ -144,12 +155,13 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
             results.update({(p.topic, p.partition): e.error for p in internal.partitions})
         else:
             results.update({(r.topic, r.partition): r.error for r in resp.partitions})
-    return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
+    return encode_offset_commit(_commit_results_in_request_order(wire, results), ctx.api_version)
 
 
 def offset_commit_error(ctx: RequestContext, req: Any, error: Error) -> Any:
-    results = {(t.name, p.partition_index): error for t in req.topics for p in t.partitions}
-    return encode_offset_commit(_commit_results_in_request_order(req, results), ctx.api_version)
+    wire = _as_wire(req)
+    results = {(name, p[0]): error for name, partitions in wire.topics for p in partitions}
+    return encode_offset_commit(_commit_results_in_request_order(wire, results), ctx.api_version)
 
 
 # --- OffsetFetch (9) -------------------------------------------------------------------------

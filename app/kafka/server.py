@@ -36,7 +36,12 @@ from app.kafka.context import (
 )
 from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION, JOIN_GROUP, SYNC_GROUP
 from app.kafka.hot import HeartbeatFields, heartbeat_reply, read_heartbeat
-from app.kafka.hot_group import read_join_group, read_sync_group
+from app.kafka.hot_group import (
+    OffsetCommitWire,
+    read_join_group,
+    read_offset_commit,
+    read_sync_group,
+)
 from app.kafka.limits import (
     HEAVY_FRAME_BYTES,
     SHED_CHECK_S,
@@ -44,6 +49,7 @@ from app.kafka.limits import (
     TURN_SHARE_S,
     ServerLimits,
 )
+from app.kafka.offset_apis import OFFSET_COMMIT
 from app.kafka.sasl_apis import PRE_AUTH_APIS, PRE_AUTH_MAX_FRAME
 from app.security.acl import AclOperation, ResourceType
 from app.security.listeners import Listener, SecurityProtocol
@@ -350,9 +356,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def _read_hot(
         self, api_key: int, version: int, frame: bytes
-    ) -> JoinGroupRequest | SyncGroupRequest | None:
-        """A rebalance's JoinGroup or SyncGroup read by app/kafka/hot_group.py straight into
-        the internal request its handler takes; None: kio's generic reader decides."""
+    ) -> JoinGroupRequest | SyncGroupRequest | OffsetCommitWire | None:
+        """A rebalance's JoinGroup or SyncGroup, or an OffsetCommit, read by
+        app/kafka/hot_group.py straight into what its handler takes; None: kio's generic
+        reader decides."""
         limits = self._decode_limits
         if api_key == JOIN_GROUP:
             return read_join_group(
@@ -364,6 +371,10 @@ class KafkaConnection(asyncio.Protocol):
             )
         if api_key == SYNC_GROUP:
             return read_sync_group(
+                frame, version, limits.max_client_id_bytes, limits.max_request_elements
+            )
+        if api_key == OFFSET_COMMIT:
+            return read_offset_commit(
                 frame, version, limits.max_client_id_bytes, limits.max_request_elements
             )
         return None
@@ -518,7 +529,8 @@ class KafkaConnection(asyncio.Protocol):
         if result is NO_RESPONSE:
             return b""
         if self._observe is not None and result is not None:
-            self._observe(entry.api.name, entry.version, reply_error_code(entry.version, result))
+            api = entry.api
+            self._observe(api.name, entry.version, reply_error_code(api.key, entry.version, result))
         if result is not None:
             try:
                 return entry.frame(correlation_id, result)

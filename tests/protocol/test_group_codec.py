@@ -682,8 +682,9 @@ def test_delete_groups_reply(version: int) -> None:
 
 def test_error_builders_echo_request_shape() -> None:
     body = edge_decode(_kp_commit({"t1": [0, 1]}), 8)
-    resp = o.offset_commit_error(ctx(8), body, Error.UNKNOWN_SERVER_ERROR)
-    assert [p.error_code for t in resp.topics for p in t.partitions] == [-1, -1]
+    packed = o.offset_commit_error(ctx(8), body, Error.UNKNOWN_SERVER_ERROR)
+    resp = kp_decode(KpOffsetCommitResponse, 8, 8, packed)
+    assert [e for _t, parts in resp.topics for _p, e in parts] == [-1, -1]
     body = edge_decode(KpDescribeGroupsRequest(groups=["a", "b"]), 5)
     resp = g.describe_groups_error(ctx(5), body, Error.UNKNOWN_SERVER_ERROR)
     assert [(x.group_id, x.error_code) for x in resp.groups] == [("a", -1), ("b", -1)]

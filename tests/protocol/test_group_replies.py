@@ -1,4 +1,5 @@
-"""The struct-packed JoinGroup and SyncGroup replies (app/kafka/group_replies.py) are kio's bytes:
+"""The struct-packed JoinGroup, SyncGroup and OffsetCommit replies (app/kafka/group_replies.py) are
+kio's bytes:
 for every version the node serves, over generated responses (property) and a table of edge
 cases (nulls, empty and long strings, multi-byte varints, unknown error codes, non-ASCII)."""
 
@@ -10,10 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.group.messages import Error, JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+from app.group.messages import (
+    Error,
+    JoinGroupMember,
+    JoinGroupResponse,
+    PartitionResult,
+    SyncGroupResponse,
+)
 from app.kafka import group_apis as g
-from app.kafka.codec import build, encode_body, response_class
-from app.kafka.group_replies import join_group_body, sync_group_body
+from app.kafka.codec import build, encode_body, group_by_topic, response_class
+from app.kafka.group_replies import join_group_body, offset_commit_body, sync_group_body
+from app.kafka.offset_apis import OFFSET_COMMIT
 
 JOIN_VERSIONS = range(0, 10)
 SYNC_VERSIONS = range(0, 6)
@@ -52,6 +60,22 @@ def kio_sync(resp: SyncGroupResponse, version: int) -> bytes:
         protocol_type=resp.protocol_type,
         protocol_name=resp.protocol_name,
         assignment=resp.assignment,
+    )
+    return encode_body(obj)
+
+
+def kio_commit(partitions: list[PartitionResult], version: int) -> bytes:
+    obj: Any = build(
+        response_class(OFFSET_COMMIT, version),
+        topics=[
+            {
+                "name": name,
+                "partitions": [
+                    {"partition_index": p.partition, "error_code": p.error} for p in parts
+                ],
+            }
+            for name, parts in group_by_topic((p.topic, p) for p in partitions).items()
+        ],
     )
     return encode_body(obj)
 
@@ -101,6 +125,18 @@ def test_join_group_body_is_kios_bytes(resp: JoinGroupResponse, version: int) ->
 @given(resp=_sync, version=st.sampled_from(SYNC_VERSIONS))
 def test_sync_group_body_is_kios_bytes(resp: SyncGroupResponse, version: int) -> None:
     assert sync_group_body(resp, version) == kio_sync(resp, version)
+
+
+_commit_results = st.lists(
+    st.builds(PartitionResult, st.sampled_from(["t1", "t2", "ü" * 70]) | _text, _int32, _errors),
+    max_size=150,
+)  # repeated topics (grouped, first-seen order), and over 127 partitions in one topic
+
+
+@settings(max_examples=150, deadline=None)
+@given(partitions=_commit_results, version=st.integers(2, 9))
+def test_offset_commit_body_is_kios_bytes(partitions: list[PartitionResult], version: int) -> None:
+    assert offset_commit_body(partitions, version) == kio_commit(partitions, version)
 
 
 # --- a table of the shapes a rebalance produces ------------------------------------------------

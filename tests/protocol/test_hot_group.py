@@ -1,29 +1,46 @@
-"""The struct readers of JoinGroup and SyncGroup (app/kafka/hot_group.py) make the very internal
-requests the generic path makes (bounds walk, kio, `decode_*`) for every version the node serves;
-any frame outside the common shape, and any frame the generic path refuses, reads as None."""
+"""The struct readers of JoinGroup, SyncGroup and OffsetCommit (app/kafka/hot_group.py) make the
+very requests the generic path makes (bounds walk, kio, `decode_*` / `wire_offset_commit`) for
+every version the node serves; any frame outside the common shape, and any frame the generic
+path refuses, reads as None."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.serial import entity_reader
+from prometheus_client import generate_latest
 
 from app.group.messages import (
     Error,
     JoinGroupRequest,
     JoinGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    PartitionResult,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 from app.kafka import group_apis as g
+from app.kafka import offset_apis as o
+from app.kafka import server as server_module
 from app.kafka.apis import DecodeLimits, version_table
-from app.kafka.codec import build, td
+from app.kafka.codec import build, response_class, td
 from app.kafka.group_apis import decode_join_group, decode_sync_group
-from app.kafka.hot_group import read_join_group, read_sync_group
+from app.kafka.hot_group import (
+    OffsetCommitWire,
+    read_join_group,
+    read_offset_commit,
+    read_sync_group,
+)
 from membership.wire import encode_request
+from tests.protocol.groups import stable_group
 from tests.protocol.wire import ctx
+from tests.runtime.node_fixture import RunningNode
+from tests.support.kafka_client import KafkaTestClient
 
 LIMITS = DecodeLimits()
 HOST = "/10.0.0.7"
@@ -54,6 +71,41 @@ def hot_join(frame: bytes, version: int, limits: DecodeLimits = LIMITS) -> Any:
 
 def hot_sync(frame: bytes, version: int, limits: DecodeLimits = LIMITS) -> Any:
     return read_sync_group(frame, version, limits.max_client_id_bytes, limits.max_request_elements)
+
+
+def generic_commit(frame: bytes, version: int, limits: DecodeLimits = LIMITS) -> Any:
+    try:
+        _header, body = version_table()[(8, version)].decode(frame, limits)
+        return o.wire_offset_commit(body)
+    except Exception as exc:
+        return exc
+
+
+def hot_commit(frame: bytes, version: int, limits: DecodeLimits = LIMITS) -> Any:
+    return read_offset_commit(
+        frame, version, limits.max_client_id_bytes, limits.max_request_elements
+    )
+
+
+def commit_frame(version: int, client_id: str | None, **values: Any) -> bytes:
+    cls = version_table()[(8, version)].request_cls
+    values["retention_time"] = td(values.pop("retention_time_ms"))
+    values["topics"] = [
+        {
+            "name": name,
+            "partitions": [
+                {
+                    "partition_index": p,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": epoch,
+                    "committed_metadata": metadata,
+                }
+                for p, offset, epoch, metadata in partitions
+            ],
+        }
+        for name, partitions in values["topics"]
+    ]
+    return encode_request(build(cls, **values), 9, client_id)[4:]
 
 
 def join_frame(version: int, client_id: str | None, **values: Any) -> bytes:
@@ -98,6 +150,25 @@ _sync_values = st.fixed_dictionaries(
         "assignments": st.lists(st.tuples(_text, _blob), max_size=140),
     }
 )
+_commit_values = st.fixed_dictionaries(
+    {
+        "group_id": _text,
+        "generation_id_or_member_epoch": _int32,
+        "member_id": _text,
+        "group_instance_id": st.none() | _text,
+        "retention_time_ms": st.integers(-1, 2**40),
+        "topics": st.lists(
+            st.tuples(
+                _text,
+                st.lists(
+                    st.tuples(_int32, st.integers(-1, 2**63 - 1), _int32, st.none() | _text),
+                    max_size=130,
+                ),
+            ),
+            max_size=3,
+        ),
+    }
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -120,6 +191,37 @@ def test_sync_group_reads_as_the_generic_path(
     expected = generic_sync(frame, version)
     assert isinstance(expected, SyncGroupRequest)
     assert hot_sync(frame, version) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=_commit_values, version=st.integers(2, 9), client_id=_client_id)
+def test_offset_commit_reads_as_the_generic_path(
+    values: dict[str, Any], version: int, client_id: str | None
+) -> None:
+    frame = commit_frame(version, client_id, **values)
+    expected = generic_commit(frame, version)
+    assert isinstance(expected, OffsetCommitWire)
+    assert hot_commit(frame, version) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=_commit_values,
+    version=st.integers(2, 9),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
+)
+def test_a_damaged_offset_commit_reads_as_the_generic_path_or_not_at_all(
+    values: dict[str, Any], version: int, cut: int, flip: tuple[int, int]
+) -> None:
+    frame = bytearray(commit_frame(version, "c", **values))
+    at, byte = flip
+    if at < len(frame):
+        frame[at] = byte
+    damaged = bytes(frame[: len(frame) - cut % (len(frame) + 1)])
+    got = hot_commit(damaged, version)
+    if got is not None:
+        assert got == generic_commit(damaged, version)
 
 
 @settings(max_examples=300, deadline=None)
@@ -213,6 +315,35 @@ def test_sync_group_outside_the_common_shape_goes_to_the_generic_reader(version:
     assert hot_sync(frame[:-1], version) is None
 
 
+_COMMIT = {
+    "group_id": "g",
+    "generation_id_or_member_epoch": 3,
+    "member_id": "m-1",
+    "group_instance_id": "i-1",
+    "retention_time_ms": -1,
+    "topics": [("t1", [(0, 10, 2, None), (1, 11, 2, "md")]), ("t2", [(0, 5, -1, "")])],
+}
+
+
+@pytest.mark.parametrize("version", [2, 5, 7, 8, 9])
+def test_offset_commit_outside_the_common_shape_goes_to_the_generic_reader(version: int) -> None:
+    frame = commit_frame(version, "c", **_COMMIT)
+    assert hot_commit(frame, version) == generic_commit(frame, version)
+    assert hot_commit(frame + b"\x00", version) is None  # trailing bytes
+    assert hot_commit(frame[:-1], version) is None  # truncated
+    if version >= 8:
+        tagged = frame[:-1] + b"\x01\x63\x02hi"  # a tagged field in the body
+        assert hot_commit(tagged, version) is None
+    # the element bound is spent on topics and partitions together, as the bounds walk does
+    for bound, refused in [(5, False), (4, True)]:
+        limits = DecodeLimits(max_request_elements=bound)
+        assert isinstance(generic_commit(frame, version, limits), Exception) is refused
+        assert (hot_commit(frame, version, limits) is None) is refused
+    small = DecodeLimits(max_client_id_bytes=0)
+    assert isinstance(generic_commit(frame, version, small), Exception)
+    assert hot_commit(frame, version, small) is None
+
+
 class _Core:
     """Stands in for GroupCoordinator: keeps the internal request, answers a fixed reply."""
 
@@ -227,10 +358,27 @@ class _Core:
         self.seen.append(req)
         return SyncGroupResponse(Error.NONE, "consumer", "range", b"a1")
 
+    def offset_commit(self, handle: int, req: OffsetCommitRequest, now: int) -> Any:
+        self.seen.append(req)
+        errors = [Error.NONE, Error.ILLEGAL_GENERATION]
+        return OffsetCommitResponse(
+            tuple(
+                PartitionResult(p.topic, p.partition, errors[i % 2])
+                for i, p in enumerate(req.partitions)
+            )
+        )
+
+
+class _Cluster:
+    topics = {"t1": 2}  # t2 is unknown
+
 
 class _Service:
     def __init__(self) -> None:
         self.core = _Core()
+
+    def cluster(self) -> _Cluster:
+        return _Cluster()
 
     async def schedule_write(self, name: str, group_id: str, op: Any, *args: Any, **kw: Any) -> Any:
         return op(self.core, 1, 0)
@@ -238,8 +386,8 @@ class _Service:
 
 @pytest.mark.parametrize("version", [0, 5, 9])
 async def test_the_handlers_serve_a_hot_read_request_as_kios(version: int) -> None:
-    """handle_join_group / handle_sync_group take the internal request the hot readers make in
-    place of kio's entity, and serve it alike (what server.py's hook would hand them)."""
+    """handle_join_group, handle_sync_group and handle_offset_commit take what the hot readers
+    make in place of kio's entity, and serve it alike (what server.py's hook hands them)."""
     service = _Service()
     context = ctx(version, client_id="c", client_host=HOST)
     context.service = service  # type: ignore[assignment]
@@ -258,6 +406,30 @@ async def test_the_handlers_serve_a_hot_read_request_as_kios(version: int) -> No
     )
     assert service.core.seen[2] == service.core.seen[3]
 
+    commit_version = max(version, 2)
+    context.api_version = commit_version
+    frame = commit_frame(commit_version, "c", **_COMMIT)
+    _header, body = version_table()[(8, commit_version)].decode(frame)
+    from_kio = await o.handle_offset_commit(context, body)
+    assert from_kio == await o.handle_offset_commit(context, hot_commit(frame, commit_version))
+    assert service.core.seen[4] == service.core.seen[5]
+    assert [(p.topic, p.partition) for p in service.core.seen[4].partitions] == [
+        ("t1", 0),
+        ("t1", 1),
+    ]
+    # the reply in request order: the core's errors, then t2 refused at the edge
+    reply, _ = entity_reader(response_class(8, commit_version))(from_kio, 0)
+    assert [
+        (t.name, p.partition_index, p.error_code) for t in reply.topics for p in t.partitions
+    ] == [
+        ("t1", 0, Error.NONE),
+        ("t1", 1, Error.ILLEGAL_GENERATION),
+        ("t2", 0, Error.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    assert o.offset_commit_error(context, body, Error.NOT_COORDINATOR) == o.offset_commit_error(
+        context, hot_commit(frame, commit_version), Error.NOT_COORDINATOR
+    )
+
 
 def test_long_varints_read_as_kio_reads_them() -> None:
     """A length written in more bytes than it needs (0x80 0x00 is 0: null) means the same."""
@@ -267,3 +439,46 @@ def test_long_varints_read_as_kio_reads_them() -> None:
     assert hot_sync(padded, 5) == generic_sync(padded, 5) == generic_sync(frame, 5)
     name = frame[: at + 1] + b"\x86\x00" + frame[at + 2 :]  # "range" with a 2-byte length
     assert hot_sync(name, 5) == generic_sync(name, 5) == generic_sync(frame, 5)
+
+
+async def test_a_live_offset_commit_is_served_alike_on_both_paths(
+    node: RunningNode, client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a node: the common shape (hot path) and the same commit with a tagged field
+    (generic path) get the same reply, both offsets are read back, and the metrics count them
+    under error 0 (an OffsetCommit reply has no top-level error)."""
+    hot_reads: list[bool] = []
+
+    def spy(*args: Any) -> Any:
+        got = read_offset_commit(*args)
+        hot_reads.append(got is not None)
+        return got
+
+    monkeypatch.setattr(server_module, "read_offset_commit", spy)
+    member, gen = await stable_group(client, "hot-commit", group_instance_id="hc-i")
+    values = {
+        **_COMMIT,
+        "group_id": "hot-commit",
+        "generation_id_or_member_epoch": gen,
+        "member_id": member,
+        "group_instance_id": "hc-i",
+        "topics": [("t1", [(0, 40, 1, "md"), (7, 1, 1, None)])],  # t1 has 3 partitions
+    }
+    common = commit_frame(8, "c", **values)[12:]  # the body after header v2
+    tagged = common[:-1] + b"\x01\x63\x02hi"
+    schema = response_class(8, 8)
+    # the second commit, the generic way, moves partition 0 from offset 40 to 41
+    again = tagged.replace(struct.pack(">q", 40), struct.pack(">q", 41), 1)
+    replies = []
+    for body, offset in ((common, 40), (again, 41)):
+        resp = await client.request_raw(8, 8, body, schema, flexible_header=True)
+        replies.append(
+            [(p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
+        )
+        fetched = await client.offset_fetch("hot-commit", [("t1", 0)])
+        (topic,) = fetched.groups[0].topics
+        assert [p.committed_offset for p in topic.partitions] == [offset]
+    assert replies[0] == replies[1] == [(0, Error.NONE), (7, Error.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert hot_reads == [True, False]  # the first took the hot path, the tagged one did not
+    metrics = generate_latest(node.node.metrics.registry).decode()
+    assert 'coordinator_requests_total{api="OffsetCommit",error="0",version="8"} 2.0' in metrics
