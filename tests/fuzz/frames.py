@@ -1,7 +1,9 @@
 """A structure-aware fuzzer of the decoding edge: valid request frames for every API and
 version the node advertises, built from kio's schemas, then mutated in their length and count
 fields, truncated, extended and given random tagged fields, and decoded exactly as the server
-does (`ApiVersionEntry.decode` with the default limits).
+does: Heartbeat, JoinGroup, SyncGroup and OffsetCommit by their struct readers first
+(app/kafka/hot.py, hot_group.py; the server calls them outside any `try`, so they may not raise),
+then `ApiVersionEntry.decode` with the default limits.
 
 Run as a child process (`python -m tests.fuzz.frames --seconds N`) under an address-space
 limit, so a native abort or an allocation beyond the limit ends the child, not the test run:
@@ -19,11 +21,14 @@ import resource
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.kafka.apis import version_table
+from app.kafka.apis import DEFAULT_DECODE_LIMITS, version_table
 from app.kafka.bounded import _K_BYTES, _K_ENTITY, _K_FIXED, _Field, _schema
+from app.kafka.hot import read_heartbeat
+from app.kafka.hot_group import read_join_group, read_offset_commit, read_sync_group
 from app.kafka.tagged import uvarint
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -123,13 +128,33 @@ def mutate(rnd: random.Random, frame: bytes, lengths: list[Any]) -> bytes:
     return bytes(data)
 
 
+_LIMITS = DEFAULT_DECODE_LIMITS
+# the struct readers, as app/kafka/server.py calls them (None: the generic path decides)
+_HOT: dict[int, Callable[[bytes, int], object]] = {
+    12: lambda f, v: read_heartbeat(f, v, _LIMITS.max_client_id_bytes),
+    11: lambda f, v: read_join_group(
+        f, v, _LIMITS.max_client_id_bytes, _LIMITS.max_request_elements, "/127.0.0.1"
+    ),
+    14: lambda f, v: read_sync_group(
+        f, v, _LIMITS.max_client_id_bytes, _LIMITS.max_request_elements
+    ),
+    8: lambda f, v: read_offset_commit(
+        f, v, _LIMITS.max_client_id_bytes, _LIMITS.max_request_elements
+    ),
+}
+
+
 def decode_once(frame: bytes) -> None:
-    """What the server does with one frame: any Exception closes that connection."""
+    """What the server does with one frame: a struct reader may not raise; any Exception from
+    the generic decode closes that connection."""
     if len(frame) < 8:
         return
     api_key, version = struct.unpack_from(">hh", frame, 0)
     entry = version_table().get((api_key, version))
     if entry is None:
+        return
+    hot = _HOT.get(api_key)
+    if hot is not None and hot(frame, version) is not None:
         return
     with contextlib.suppress(Exception):
         entry.decode(frame)
