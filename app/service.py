@@ -9,7 +9,7 @@ not served here now. So adding an API is one handler at the edge and one in the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -85,6 +85,12 @@ class CoordinatorService(Protocol):
     node_id: int
 
     def cluster(self) -> ClusterView: ...
+
+    @property
+    def topics(self) -> Mapping[str, int]:
+        """The live topic registry (name -> partitions), not a copy: for a request's checks,
+        read within one turn of the loop (`cluster()` copies it, with the brokers)."""
+        ...
 
     def find_coordinator(self, key: str, key_type: int) -> CoordinatorLookup: ...
 

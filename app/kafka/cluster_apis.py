@@ -279,7 +279,7 @@ _EMPTY_LOG_AT_ZERO: Final = frozenset({-1, -2, -4})
 
 
 def _list_offsets(ctx: RequestContext, req: Any, error: Error | None) -> HandlerResult:
-    topics: Mapping[str, int] = {} if error is not None else ctx.service.cluster().topics
+    topics: Mapping[str, int] = {} if error is not None else ctx.service.topics
 
     def partition(name: str, index: int, timestamp: int) -> dict[str, Any]:
         err = error
@@ -361,7 +361,7 @@ def _fetch_response(
 
 
 async def handle_fetch(ctx: RequestContext, req: Any) -> HandlerResult:
-    topics = ctx.service.cluster().topics
+    topics = ctx.service.topics
     errors: dict[tuple[str, int], Error] = {}
     for t in req.topics:
         readable = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t.topic)

@@ -138,7 +138,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     authorize_group(ctx, AclOperation.READ, wire.group_id)
     internal, refused = decode_offset_commit(
         wire,
-        ctx.service.cluster().topics,
+        ctx.service.topics,
         lambda topic: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, topic),
     )
     results = {(r.topic, r.partition): r.error for r in refused}
@@ -279,7 +279,7 @@ def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) 
 
 
 async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
-    topics = ctx.service.cluster().topics
+    topics = ctx.service.topics
     queries = decode_offset_fetch(req, topics)
 
     def fetch(q: OffsetFetchQuery) -> OffsetFetchResponse:
@@ -352,7 +352,7 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
     error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answers the whole request."""
     authorize_group(ctx, AclOperation.DELETE, req.group_id)
     require_group_id(req.group_id)
-    topics = ctx.service.cluster().topics
+    topics = ctx.service.topics
     results: dict[tuple[str, int], Error] = {}
     accepted: list[tuple[str, int]] = []
     for topic in req.topics:

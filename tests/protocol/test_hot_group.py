@@ -369,16 +369,11 @@ class _Core:
         )
 
 
-class _Cluster:
+class _Service:
     topics = {"t1": 2}  # t2 is unknown
 
-
-class _Service:
     def __init__(self) -> None:
         self.core = _Core()
-
-    def cluster(self) -> _Cluster:
-        return _Cluster()
 
     async def schedule_write(self, name: str, group_id: str, op: Any, *args: Any, **kw: Any) -> Any:
         return op(self.core, 1, 0)
