@@ -50,7 +50,7 @@ from storage.errors import translate_errors
 from storage.leases import LeaseRow, Leases, fence
 from storage.pg_append import MAX_STATEMENT_BYTES, Claim, Columns
 from storage.security import Security
-from storage.statements import Rows, Stmt, Txn
+from storage.statements import Rows, Txn
 from storage.tables import log_history, log_records
 
 __all__ = [
@@ -200,8 +200,8 @@ class EventLog(Leases, Cluster, Compaction, Security):
         missing: list[int],
         now_ms: int,
     ) -> Txn[list[int]]:
-        """Fence, fill `nxt` for the partitions the cache does not know, insert (one
-        executemany); advances `nxt` past what it wrote."""
+        """Fence, fill `nxt` for the partitions the cache does not know, insert (multi-row
+        INSERTs); advances `nxt` past what it wrote."""
         sql = self._db.sql
         yield from fence(sql, claims)
         if missing:
@@ -209,8 +209,8 @@ class EventLog(Leases, Cluster, Compaction, Security):
             for p, m in zip(missing, maxes, strict=True):
                 nxt[p] = 0 if m is None else int(m) + 1
         rows, last = self._rows(batches, nxt, now_ms)
-        if rows:
-            yield Stmt(sql.append_sql, rows, many=True)
+        for stmt in sql.append_rows(rows):  # noqa: UP028 - the runner sends each one's rows back
+            yield stmt
         return last
 
     def _cached_next(self, batches: Sequence[AppendBatch]) -> tuple[dict[int, int], list[int]]:

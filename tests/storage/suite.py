@@ -136,6 +136,36 @@ class EventLogSuite(SecuritySuite):
         assert await log.end_offset(0) == 5
         assert await log.end_offset(1) == 1
 
+    async def test_a_large_append_lands_whole_in_order_across_its_statements(
+        self, log: EventLog
+    ) -> None:
+        """203 records in one transaction (the first append of each partition, so the general
+        path writes them, in several multi-row INSERTs), tombstones at the chunk edges."""
+        e0 = await self.lease(log, 0)
+        e1 = await self.lease(log, 1)
+
+        def recs(n: int, tag: str) -> list[Record]:
+            return [
+                Record(
+                    RecordType.OFFSET_COMMIT, f"{tag}{i}".encode(), None if i % 63 == 0 else b"v"
+                )
+                for i in range(n)
+            ]
+
+        a, b, c = recs(130, "a"), recs(70, "b"), recs(3, "c")
+        last = await log.append(
+            [
+                AppendBatch(0, e0, NODE1, a),
+                AppendBatch(1, e1, NODE1, b),
+                AppendBatch(0, e0, NODE1, c),
+            ]
+        )
+        assert last == [129, 69, 132]
+        stored = await read_all(log, 0)
+        assert [s.record() for s in stored] == a + c
+        assert [s.offset for s in stored] == list(range(133))
+        assert [s.record() for s in await read_all(log, 1)] == b
+
     async def test_empty_partition_reads_nothing_and_ends_at_zero(self, log: EventLog) -> None:
         assert await read_all(log, 7) == []
         assert await log.end_offset(7) == 0
