@@ -45,12 +45,17 @@ def api(node: CoordinatorProcess, path: str) -> Any:
         return json.loads(r.read())
 
 
+LANDED = re.compile(r"/ui/(groups|cluster)")
+
+
 def log_in(page: Any, node: CoordinatorProcess, path: str = "/ui") -> None:
     page.goto(node.admin_url + path)
     page.wait_for_url("**/ui/login**")
     page.fill("input[name=token]", TOKEN)
     page.click("#login button[type=submit]")
-    page.wait_for_url(re.compile(r".*/ui/(groups|cluster).*"))
+    # the login page's own URL names the next page (?next=/ui/groups): wait until we left it,
+    # or the script's navigation after the login lands in the middle of the caller's goto
+    page.wait_for_url(lambda url: "/ui/login" not in url and bool(LANDED.search(url)))
     page.wait_for_selector("main h1")
 
 
