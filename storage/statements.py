@@ -81,7 +81,8 @@ class Statements:
         compiled = insert(log_records).compile(dialect=dialect)
         if tuple(compiled.positiontup or ()) != LOG_COLUMN_NAMES:
             raise RuntimeError(f"unexpected INSERT parameter order {compiled.positiontup}")
-        self._insert_head = str(compiled).partition(" VALUES ")[0]
+        self.append_sql = str(compiled)
+        self._insert_head = self.append_sql.partition(" VALUES ")[0]
         self._insert_row = f"({_marks(len(LOG_COLUMN_NAMES))})"
         # The newest-per-key scan of a load: four columns, keyset pages (a LIMIT of -1 is
         # no limit on SQLite).
@@ -92,13 +93,17 @@ class Statements:
         self._cache: dict[tuple[str, int], str] = {}
 
     def append_rows(self, rows: Sequence[tuple[Any, ...]]) -> list[Stmt]:
-        """INSERTs of `rows` (LOG_COLUMNS order) carrying up to APPEND_CHUNK rows each, the rest
-        in power-of-two statements (a handful of distinct SQL texts for the driver's cache).
+        """On SQLite, INSERTs of `rows` (LOG_COLUMNS order) carrying up to APPEND_CHUNK rows
+        each, the rest in power-of-two statements (a handful of distinct SQL texts for the
+        driver's cache).
 
         Not one executemany: sqlite3 releases the GIL around each row's step, and while the
         event loop is busy each row then waits for the GIL again (up to the switch interval).
         Under figure 3's commit load that made a 1,000-row group commit 2-5x slower than the
-        same rows in 64-row statements (bench: durable commits/s)."""
+        same rows in 64-row statements (bench: durable commits/s). PostgreSQL keeps one
+        executemany, which asyncpg sends as one pipelined batch on the event loop."""
+        if self._pg:
+            return [Stmt(self.append_sql, rows, many=True)] if rows else []
         out: list[Stmt] = []
         i, n = 0, len(rows)
         size = APPEND_CHUNK
