@@ -36,7 +36,7 @@ lint: install
 test: install deps lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
-# every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~8-10 min here)
+# every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~40 min here)
 bench: install deps
 	$(PY) -m bench
 
