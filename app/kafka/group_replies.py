@@ -32,6 +32,7 @@ from app.group.messages import (
     PartitionResult,
     SyncGroupResponse,
 )
+from app.kafka.codec import group_by_topic
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -212,9 +213,7 @@ def sync_group_body(resp: SyncGroupResponse, version: int) -> bytes:
 def offset_commit_body(partitions: Sequence[PartitionResult], version: int) -> bytes:
     """The OffsetCommitResponse body of `version` (2-9): kio's bytes for the partitions'
     results, grouped by topic in first-seen order (the request's)."""
-    by_topic: dict[str, list[PartitionResult]] = {}
-    for p in partitions:
-        by_topic.setdefault(p.topic, []).append(p)
+    by_topic = group_by_topic((p.topic, p) for p in partitions)
     pack = _I32_I16.pack
     flexible = version >= 8
     out = [_I32.pack(0)] if version >= 3 else []  # throttle_time_ms

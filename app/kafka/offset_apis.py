@@ -95,11 +95,10 @@ def decode_offset_commit(
     refused: list[PartitionResult] = []
     for name, partitions in wire.topics:
         allowed = readable(name)
-        count = topics.get(name)
         for partition, offset, leader_epoch, metadata in partitions:
             if not allowed:
                 refused.append(PartitionResult(name, partition, Error.TOPIC_AUTHORIZATION_FAILED))
-            elif count is None or not 0 <= partition < count:
+            elif not is_known_partition(topics, name, partition):
                 # protocol.md §8.2 (KafkaApis): unknown topic/partition answered per partition
                 refused.append(PartitionResult(name, partition, Error.UNKNOWN_TOPIC_OR_PARTITION))
             else:
