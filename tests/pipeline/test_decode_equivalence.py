@@ -167,4 +167,6 @@ def test_an_audit_writes_the_same_tables_with_either_decoder(
         a = spark.read.parquet(str(tmp_path / "arrow" / "tables" / name))
         s = spark.read.parquet(str(tmp_path / "sql" / "tables" / name))
         assert a.schema == s.schema, name
-        assert a.exceptAll(s).count() == 0 and s.exceptAll(a).count() == 0, name
+        # the same multiset of rows (a few thousand at most here): one collect per side costs
+        # a fraction of two exceptAll shuffles
+        assert sorted(map(repr, a.collect())) == sorted(map(repr, s.collect())), name
