@@ -33,8 +33,14 @@ lint: install
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
+# two phases (tests/conftest.py): the tests that bound no latency on two workers, then the
+# `serial` ones alone; both always run, and the target fails if either failed
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
 test: install deps lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PYTEST) -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(PYTEST) -m serial; serial=$$?; \
+	echo "make test: parallel phase exit $$parallel, serial phase exit $$serial"; \
+	test $$parallel -eq 0 && test $$serial -eq 0
 
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~40 min here)
 bench: install deps

@@ -9,6 +9,11 @@ Nothing is skipped without it: missing binaries or an unreachable server fail th
 `apache_kafka_broker` is Apache Kafka 4.0's own broker (tests/support/kafka_broker.py), started
 once per run on first use, its group coordinator warmed up, with DIFF_TOPIC created: the oracle
 of the differential suite and the second server of the SDK's tests.
+
+`make test` runs in two phases: every test not marked `serial` on two xdist workers (most of
+them wait on clients, timers and processes, not on the CPU), a module at a time (so its
+fixtures are built once), then the `serial` ones alone.
+SERIAL names the modules that run alone, each for its reason.
 """
 
 from __future__ import annotations
@@ -26,6 +31,40 @@ from tests.support.kafka_broker import (
     wait_for_coordinator,
 )
 from tests.support.postgres import PrivatePostgres, check_reachable
+
+# module -> why it must not share the machine with another test
+SERIAL = {
+    "tests/bench/test_bench_smoke.py": "runs every benchmark figure, several processes at once",
+    "tests/chaos/test_chaos.py": "kills and pauses nodes and PostgreSQL on a timed schedule",
+    "tests/protocol/test_hostile_live.py": "bounds the well-behaved members' heartbeat p99",
+    "tests/protocol/test_auth_storm.py": "bounds the members' heartbeat p99 under a storm",
+    "tests/runtime/test_storage_faults.py": "times leases against a stopped PostgreSQL",
+    "tests/runtime/test_clock_steps.py": "times leases against stepped clocks",
+    "tests/sdk/test_membership_e2e.py": "worker restarts must beat a session timeout",
+}
+
+
+# the modules that take longest go to the workers first, so none is the last one running
+LONGEST_FIRST = (
+    "tests/pipeline/",  # Spark audits, minutes in all
+    "tests/differential/test_consumer_groups_side_by_side.py",
+    "tests/integration/test_real_clients.py",
+    "tests/fuzz/",
+    "tests/api/test_cli_security.py",
+    "tests/api/test_cli.py",
+    "tests/integration/test_security.py",
+)
+
+
+def _start_rank(path: str) -> int:
+    return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)), len(LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in SERIAL:
+            item.add_marker(pytest.mark.serial)
+    items.sort(key=lambda item: _start_rank(item.nodeid.split("::", 1)[0]))  # stable
 
 
 @pytest.fixture(scope="session")

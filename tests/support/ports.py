@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -22,12 +23,15 @@ def free_port() -> int:
     A port from bind(0) is an ephemeral one: once its server is killed, any client's next
     outgoing connection may be given that same number as its local port, and the server then
     cannot restart on it (EADDRINUSE; seen in the chaos suite). Below the range the kernel
-    never hands it out by itself. Never the same port twice in one process."""
+    never hands it out by itself. Never the same port twice in one process, and under xdist
+    never one another worker may hand out (a port is often free again between a node's kill
+    and its restart)."""
     low = _ephemeral_low()
     rng = random.SystemRandom()
+    worker, workers = _xdist_worker()
     for _ in range(500 if low > 11_000 else 0):
         port = rng.randrange(10_000, low)
-        if port in _handed_out:
+        if port % workers != worker or port in _handed_out:
             continue
         with socket.socket() as s:
             try:
@@ -39,3 +43,12 @@ def free_port() -> int:
     with socket.socket() as s:  # an unusual range setting: fall back to the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _xdist_worker() -> tuple[int, int]:
+    """(this worker's index, the number of workers); (0, 1) outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not name.startswith("gw") or count < 2:
+        return 0, 1
+    return int(name[2:]) % count, count
