@@ -11,8 +11,8 @@ once per run on first use, its group coordinator warmed up, with DIFF_TOPIC crea
 of the differential suite and the second server of the SDK's tests.
 
 `make test` runs in two phases: every test not marked `serial` on two xdist workers (most of
-them wait on clients, timers and processes, not on the CPU), a module at a time (so its
-fixtures are built once), then the `serial` ones alone.
+them wait on clients, timers and processes, not on the CPU), a module at a time (the Spark
+suites together), then the `serial` ones alone.
 SERIAL names the modules that run alone, each for its reason.
 """
 
@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from tests.support.kafka_broker import (
     DIFF_TOPIC,
@@ -65,6 +67,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.nodeid.split("::", 1)[0] in SERIAL:
             item.add_marker(pytest.mark.serial)
     items.sort(key=lambda item: _start_rank(item.nodeid.split("::", 1)[0]))  # stable
+
+
+class _ModuleScheduling(LoadFileScheduling):
+    """xdist's unit of work is a module, so its fixtures are built once; the Spark suites are
+    one unit: a second SparkSession would warm up a second JVM (the first audit in a JVM takes
+    several times the next one)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "tests/pipeline/" if path.startswith("tests/pipeline/") else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return _ModuleScheduling(config, log) if config.getoption("dist") == "loadfile" else None
 
 
 @pytest.fixture(scope="session")
