@@ -43,6 +43,8 @@ SERIAL = {
     "tests/runtime/test_storage_faults.py": "times leases against a stopped PostgreSQL",
     "tests/runtime/test_clock_steps.py": "times leases against stepped clocks",
     "tests/sdk/test_membership_e2e.py": "worker restarts must beat a session timeout",
+    # who leads is who joins first: 0.1 s apart, which a loaded machine can reorder
+    "tests/differential/test_differential.py": "its scenarios order two members' joins in time",
 }
 
 
