@@ -60,15 +60,20 @@ LONGEST_FIRST = (
 )
 
 
-def _start_rank(path: str) -> int:
+def _module(nodeid: str) -> str:
+    return nodeid.partition("::")[0]
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = _module(item.nodeid)
     return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)), len(LONGEST_FIRST))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.split("::", 1)[0] in SERIAL:
+        if _module(item.nodeid) in SERIAL:
             item.add_marker(pytest.mark.serial)
-    items.sort(key=lambda item: _start_rank(item.nodeid.split("::", 1)[0]))  # stable
+    items.sort(key=_start_rank)  # stable
 
 
 class _ModuleScheduling(LoadFileScheduling):
@@ -77,7 +82,7 @@ class _ModuleScheduling(LoadFileScheduling):
     several times the next one)."""
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
+        path = _module(nodeid)
         return "tests/pipeline/" if path.startswith("tests/pipeline/") else path
 
 
