@@ -111,10 +111,16 @@ class CoordinatorService(Protocol):
     ) -> T: ...
 
     def heartbeat(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        clock: tuple[int, int] | None = None,
     ) -> Error:
         """A Heartbeat's answer: `schedule_read` of the core's heartbeat, flattened (the
-        busiest request of a Stable fleet)."""
+        busiest request of a Stable fleet). `clock`: (wall ms, monotonic ms) if the caller
+        read them already (once for many requests); else they are read here."""
         ...
 
     def read_all(self, op: Callable[[GroupCoordinator], list[T]]) -> tuple[list[T], bool]: ...

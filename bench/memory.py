@@ -290,10 +290,10 @@ def _timer_bytes(core: Any) -> int:
                 seen.add(id(obj))
                 total += sys.getsizeof(obj)
 
-    add(queue.sessions, queue._bounds, queue._other, queue.heap)
+    add(queue.sessions, queue.bounds, queue._other, queue.heap)
     for members in queue.sessions.values():
         add(members, *members.values())
-    add(*queue._bounds.values())
+    add(*queue.bounds.values())
     for entry in queue.heap:
         add(entry, entry[0], entry[1])
     for key, deadline in queue._other.items():

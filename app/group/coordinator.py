@@ -90,7 +90,9 @@ class GroupCoordinator:
             self._membership.heartbeat_error
         )
         self.timers = queue.deadlines
-        self._heap = queue.heap
+        # the timers' lazy heap: its top is a lower bound of `next_deadline()` at the cost of
+        # one look, so the heartbeat path sees without a call when nothing needs re-arming
+        self.heap = queue.heap
         # Dispatch tables. They hold the managers' bound methods, never this object's: the
         # managers do not refer back to it, so the core stays free of reference cycles
         # (the runtime freezes loaded state out of the cyclic collector's sight).
@@ -175,12 +177,6 @@ class GroupCoordinator:
 
     def next_deadline(self) -> int | None:
         return self._queue.next_deadline()
-
-    def deadline_bound(self) -> int | None:
-        """A lower bound of `next_deadline()` at the cost of one look (the lazy heap's top):
-        when it is not earlier than the armed timer, nothing needs re-arming."""
-        heap = self._heap
-        return heap[0][0] if heap else None
 
     def poll_timers(self, now: int) -> Result:
         out = Result()

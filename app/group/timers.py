@@ -56,14 +56,14 @@ class TimerQueue:
     second deadline. The other timers are a dict of key -> deadline beside the heap.
     """
 
-    __slots__ = ("_bounds", "_other", "heap", "sessions")
+    __slots__ = ("_other", "bounds", "heap", "sessions")
 
     def __init__(self) -> None:
         self._other: dict[TimerKey, int] = {}
         # group id -> member id -> session deadline
         self.sessions: dict[str, dict[str, int]] = {}
         # group id -> deadline of the group's live heap entry (the lowest one pushed)
-        self._bounds: dict[str, int] = {}
+        self.bounds: dict[str, int] = {}
         # (deadline, key) and (deadline, (HEARTBEAT, group)) for a group's sessions
         self.heap: list[tuple[int, TimerKey]] = []
 
@@ -93,16 +93,16 @@ class TimerQueue:
             if key[0] == TimerKind.HEARTBEAT:
                 group_id = key[1]
                 self.sessions.setdefault(group_id, {})[key[2]] = deadline
-                bound = self._bounds.get(group_id)
+                bound = self.bounds.get(group_id)
                 if bound is None or deadline < bound:
-                    self._bounds[group_id] = deadline
+                    self.bounds[group_id] = deadline
                     lowered.add(group_id)
                 continue
             current = self._other.get(key)
             self._other[key] = deadline
             if current is None or deadline < current:
                 heap.append((deadline, key))
-        heap.extend((self._bounds[g], (TimerKind.HEARTBEAT, g)) for g in lowered)
+        heap.extend((self.bounds[g], (TimerKind.HEARTBEAT, g)) for g in lowered)
         heapq.heapify(heap)
 
     def schedule_session(self, group_id: str, member_id: str, deadline: int) -> None:
@@ -112,9 +112,9 @@ class TimerQueue:
         if members is None:
             members = self.sessions[group_id] = {}
         members[member_id] = deadline
-        bound = self._bounds.get(group_id)
+        bound = self.bounds.get(group_id)
         if bound is None or deadline < bound:
-            self._bounds[group_id] = deadline
+            self.bounds[group_id] = deadline
             heapq.heappush(self.heap, (deadline, (TimerKind.HEARTBEAT, group_id)))
 
     def cancel(self, key: TimerKey) -> None:
@@ -136,11 +136,11 @@ class TimerQueue:
             deadline, key = heap[0]
             if len(key) == 2 and key[0] == TimerKind.HEARTBEAT:
                 group_id = key[1]
-                if self._bounds.get(group_id) != deadline:
+                if self.bounds.get(group_id) != deadline:
                     heapq.heappop(heap)  # superseded by a lower entry of the group
                 elif group_id not in self.sessions:
                     heapq.heappop(heap)  # the group's sessions are all gone
-                    del self._bounds[group_id]
+                    del self.bounds[group_id]
                 else:
                     return deadline, key
                 continue
@@ -174,7 +174,7 @@ class TimerQueue:
         entry of the heap (so timers keep their order across groups and kinds); then the
         entry moves to the group's earliest remaining session."""
         heapq.heappop(self.heap)
-        del self._bounds[group_id]
+        del self.bounds[group_id]
         following = self._surface()
         limit = now if following is None else min(now, following[0])
         members = self.sessions[group_id]
@@ -188,15 +188,15 @@ class TimerQueue:
                 del self.sessions[group_id]
             yield (TimerKind.HEARTBEAT, group_id, member_id)
         members = self.sessions.get(group_id, {})
-        if members and group_id not in self._bounds:
+        if members and group_id not in self.bounds:
             low = min(members.values())
-            self._bounds[group_id] = low
+            self.bounds[group_id] = low
             heapq.heappush(self.heap, (low, (TimerKind.HEARTBEAT, group_id)))
 
     def clear(self) -> None:
         self._other.clear()
         self.sessions.clear()
-        self._bounds.clear()
+        self.bounds.clear()
         self.heap.clear()
 
 

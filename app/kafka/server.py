@@ -35,7 +35,7 @@ from app.kafka.context import (
     resume,
 )
 from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION, JOIN_GROUP, SYNC_GROUP
-from app.kafka.hot import HeartbeatFields, heartbeat_reply, read_heartbeat
+from app.kafka.hot import heartbeat_reply, read_heartbeat
 from app.kafka.hot_group import (
     OffsetCommitWire,
     read_join_group,
@@ -95,9 +95,9 @@ class KafkaConnection(asyncio.Protocol):
         self._connected_at = 0.0
         self._decode_limits = server.limits.decode
         self._table = version_table()
-        # optional metrics hook of the service: (api name, version, error code)
-        self._observe: Callable[[str, int, int], None] | None = getattr(
-            self._service, "observe_request", None
+        # the service's request counter, if it keeps one: (api name, version, error code)
+        self._request_counts: dict[tuple[str, int, int], int] | None = getattr(
+            self._service, "request_counts", None
         )
         self._buf = bytearray()  # an incomplete frame carried over to the next read
         self._frame_started = 0.0  # loop time the incomplete frame in `_buf` began
@@ -122,6 +122,7 @@ class KafkaConnection(asyncio.Protocol):
         # replies ready in one loop iteration leave in one write (one syscall, not one each)
         self._out: list[bytes] = []
         self._write_scheduled = False
+        self._clock = (0, 0)  # (wall ms, monotonic ms) read once per batch of frames
 
     # --- asyncio.Protocol --------------------------------------------------------------------
 
@@ -182,6 +183,9 @@ class KafkaConnection(asyncio.Protocol):
         available = len(data)
         perf_counter = time.perf_counter
         started = perf_counter()
+        # One reading of both clocks serves the heartbeats of this read: it stops after
+        # TURN_SHARE_S, so the reading is at most that old, far inside a lease's safety margin.
+        self._clock = (time.time_ns() // 1_000_000, time.monotonic_ns() // 1_000_000)
         on_frame = self._on_frame
         while True:
             if available - pos < 4:
@@ -300,9 +304,40 @@ class KafkaConnection(asyncio.Protocol):
             return
         api_key, version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
         if api_key == HEARTBEAT and 0 <= version <= HEARTBEAT_MAX_VERSION:
+            # The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat`
+            # and `_error_result` do, without a request context or kio, written out here
+            # (a call per step was a third of a heartbeat's cost).
             fields = read_heartbeat(frame, version, self._decode_limits.max_client_id_bytes)
             if fields is not None:
-                self._heartbeat(fields, version, correlation_id)
+                group_id, generation_id, member_id, instance_id = fields
+                security = self._security
+                if security is not None and not security.authorize(
+                    self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
+                ):
+                    error = Error.GROUP_AUTHORIZATION_FAILED
+                else:
+                    try:
+                        error = self._service.heartbeat(
+                            group_id, generation_id, member_id, instance_id, self._clock
+                        )
+                    except CoordinatorError as exc:
+                        error = exc.error
+                    except Exception:
+                        log.exception("Heartbeat v%d from %s failed", version, self._peer)
+                        error = Error.UNKNOWN_SERVER_ERROR
+                counts = self._request_counts
+                if counts is not None:
+                    key = ("Heartbeat", version, error)
+                    counts[key] = counts.get(key, 0) + 1
+                reply = heartbeat_reply(correlation_id, version, error)
+                if self._slots:
+                    self._emit(reply)  # behind a reply still being computed
+                    return
+                self._out.append(reply)  # `_write`, inlined
+                if not self._write_scheduled:
+                    self._write_scheduled = True
+                    assert self._loop is not None
+                    self._loop.call_soon(self._write_out)
                 return
         entry = self._table.get((api_key, version))
         if entry is None:
@@ -378,35 +413,6 @@ class KafkaConnection(asyncio.Protocol):
                 frame, version, limits.max_client_id_bytes, limits.max_request_elements
             )
         return None
-
-    def _heartbeat(self, fields: HeartbeatFields, version: int, correlation_id: int) -> None:
-        """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and
-        `_error_result` do, without a request context or kio."""
-        group_id, generation_id, member_id, instance_id = fields
-        security = self._security
-        if security is not None and not security.authorize(
-            self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
-        ):
-            error = Error.GROUP_AUTHORIZATION_FAILED
-        else:
-            try:
-                error = self._service.heartbeat(group_id, generation_id, member_id, instance_id)
-            except CoordinatorError as exc:
-                error = exc.error
-            except Exception:
-                log.exception("Heartbeat v%d from %s failed", version, self._peer)
-                error = Error.UNKNOWN_SERVER_ERROR
-        if self._observe is not None:
-            self._observe("Heartbeat", version, error)
-        reply = heartbeat_reply(correlation_id, version, error)
-        if self._slots:
-            self._emit(reply)  # behind a reply still being computed
-            return
-        self._out.append(reply)  # `_write`, inlined
-        if not self._write_scheduled:
-            self._write_scheduled = True
-            assert self._loop is not None
-            self._loop.call_soon(self._write_out)
 
     def _before_authentication(self, frame: bytes) -> bool:
         """Kafka's rule for a SASL listener: before authentication only ApiVersions and the
@@ -528,9 +534,11 @@ class KafkaConnection(asyncio.Protocol):
         """Reply bytes (b"" for no reply); None after closing the connection."""
         if result is NO_RESPONSE:
             return b""
-        if self._observe is not None and result is not None:
+        counts = self._request_counts
+        if counts is not None and result is not None:
             api = entry.api
-            self._observe(api.name, entry.version, reply_error_code(api.key, entry.version, result))
+            key = (api.name, entry.version, reply_error_code(api.key, entry.version, result))
+            counts[key] = counts.get(key, 0) + 1
         if result is not None:
             try:
                 return entry.frame(correlation_id, result)

@@ -68,11 +68,6 @@ class NodeMetrics:
         )
         self._recent_lags: deque[float] = deque(maxlen=200)  # 10 s of 50 ms readings
 
-    def observe_request(self, api: str, version: int, error: int) -> None:
-        key = (api, version, error)
-        requests = self.requests
-        requests[key] = requests.get(key, 0) + 1
-
     def observe_loop_lag(self, lag: float) -> None:
         """One reading of how late the event loop was (the Kafka listener checks it every
         50 ms to shed load, and reports each reading here)."""

@@ -90,8 +90,8 @@ class CoordinatorNode:
         )
         self.metrics.attach(self)
         writer.on_commit = self.metrics.observe_append
-        # the Kafka listener's per-request hook (app/kafka/server.py)
-        self.observe_request = self.metrics.observe_request
+        # the Kafka listener counts its requests here (app/kafka/server.py)
+        self.request_counts = self.metrics.requests
         self._tasks: list[asyncio.Task[None]] = []
         # the service's group operations are the runtime's own
         self.schedule_write = self.runtime.schedule_write

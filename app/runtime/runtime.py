@@ -187,22 +187,37 @@ class CoordinatorRuntime:
         return answer
 
     def heartbeat(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        clock: tuple[int, int] | None = None,
     ) -> Error:
         """`schedule_read(core.heartbeat)` for the wire's hot path: same answers and errors
         (CoordinatorError when the group is not served here; NONE while loading,
-        protocol.md §10.4), without the request and reply objects."""
-        if not group_id:
-            raise CoordinatorError(Error.INVALID_GROUP_ID)
-        p = self.route(group_id, Error.NONE)
-        core = p.core
-        assert core is not None
-        error = core.heartbeat_error(
-            group_id, generation_id, member_id, group_instance_id, time.time_ns() // 1_000_000
+        protocol.md §10.4), without the request and reply objects. `clock` is (wall ms,
+        monotonic ms) read once for a batch of requests (see KafkaConnection._consume)."""
+        now, mono = clock if clock is not None else (now_ms(), monotonic_ms())
+        # `route`'s checks in the order of the common case; any doubt asks `route` itself,
+        # which raises the precise error
+        p = (
+            self.partitions.get(partition_for(group_id, self.log_partitions))
+            if 0 < len(group_id) <= self.max_group_id_length
+            else None
         )
+        if p is None or p.state is not PartitionState.ACTIVE or mono >= p.valid_until:
+            if not group_id:
+                raise CoordinatorError(Error.INVALID_GROUP_ID)
+            p = self.route(group_id, Error.NONE)
+        core = p.core
+        if core is None:
+            raise CoordinatorError(Error.NOT_COORDINATOR)
+        error = core.heartbeat_error(group_id, generation_id, member_id, group_instance_id, now)
         # a heartbeat moves its member's deadline later: re-arming is rarely needed
         armed = p.armed_deadline
-        if armed is None or ((bound := core.deadline_bound()) is not None and bound < armed):
+        heap = core.heap
+        if armed is None or (heap and heap[0][0] < armed):
             self.arm(p)
         return error
 

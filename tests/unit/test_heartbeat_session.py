@@ -239,12 +239,12 @@ def test_heartbeats_do_not_grow_the_timer_heap_and_sessions_still_expire() -> No
     # one heap entry per timer, not one per heartbeat: memory per member stays flat
     ctx = Context()
     sg = ctx.stable_group(3)
-    base = len(ctx.coordinator._heap)
+    base = len(ctx.coordinator.heap)
     for _ in range(200):
         ctx.advance(SESSION_MS // 10)
         for m in sg.member_ids:
             assert ctx.heartbeat(m, sg.generation) is Error.NONE
-    assert len(ctx.coordinator._heap) <= base
+    assert len(ctx.coordinator.heap) <= base
     # the member that stops heartbeating still expires one session timeout after its last one
     quiet = sg.member_ids[2]
     for _ in range(9):
