@@ -35,7 +35,7 @@ from app.kafka.context import (
     resume,
 )
 from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION, JOIN_GROUP, SYNC_GROUP
-from app.kafka.hot import heartbeat_reply, read_heartbeat
+from app.kafka.hot import HeartbeatReader, heartbeat_reply
 from app.kafka.hot_group import (
     OffsetCommitWire,
     read_join_group,
@@ -94,6 +94,7 @@ class KafkaConnection(asyncio.Protocol):
             self._max_frame = min(PRE_AUTH_MAX_FRAME, self._max_frame)
         self._connected_at = 0.0
         self._decode_limits = server.limits.decode
+        self._heartbeats = HeartbeatReader(self._decode_limits.max_client_id_bytes)
         self._table = version_table()
         # the service's request counter, if it keeps one: (api name, version, error code)
         self._request_counts: dict[tuple[str, int, int], int] | None = getattr(
@@ -176,9 +177,19 @@ class KafkaConnection(asyncio.Protocol):
         self._consume(data)
 
     def _consume(self, data: bytes) -> None:
-        """Serve the complete frames of `data` and keep the rest. One read may hold thousands
-        of small frames: serving stops as soon as the connection must stop reading (too many
-        requests or reply bytes in flight), and the rest waits in `_buf` until it resumes."""
+        """Serve the complete frames of `data` and keep the rest; the replies ready by then
+        leave in one write, now (not from a callback of the loop's next step: one less
+        callback per read)."""
+        scheduled = self._write_scheduled
+        self._write_scheduled = True  # `_write` appends and leaves the writing to us
+        self._serve_frames(data)
+        if not scheduled:
+            self._write_out()
+
+    def _serve_frames(self, data: bytes) -> None:
+        """One read may hold thousands of small frames: serving stops as soon as the
+        connection must stop reading (too many requests or reply bytes in flight), and the
+        rest waits in `_buf` until it resumes."""
         pos = 0
         available = len(data)
         perf_counter = time.perf_counter
@@ -307,7 +318,7 @@ class KafkaConnection(asyncio.Protocol):
             # The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat`
             # and `_error_result` do, without a request context or kio, written out here
             # (a call per step was a third of a heartbeat's cost).
-            fields = read_heartbeat(frame, version, self._decode_limits.max_client_id_bytes)
+            fields = self._heartbeats.read(frame, version)
             if fields is not None:
                 group_id, generation_id, member_id, instance_id = fields
                 security = self._security

@@ -27,8 +27,8 @@ def partition_for(group_id: str, partitions: int) -> int:
     Cached for ids of usual length: every request routes by it, and the pure-Python UTF-16
     hash was the single largest cost of a Heartbeat (12% of a node's CPU under heartbeat
     load). Long ids are not cached, so the cache cannot pin a client's megabytes."""
-    if len(group_id) <= 256:
-        return _cached_partition_for(group_id, partitions)
+    if len(group_id) <= CACHED_ID_LENGTH:
+        return cached_partition_for(group_id, partitions)
     return _partition_for(group_id, partitions)
 
 
@@ -37,7 +37,9 @@ def _partition_for(group_id: str, partitions: int) -> int:
     return 0 if h == -(1 << 31) else abs(h) % partitions
 
 
-_cached_partition_for = functools.lru_cache(maxsize=1 << 16)(_partition_for)
+# `partition_for` of ids up to CACHED_ID_LENGTH characters, for callers that checked the length
+CACHED_ID_LENGTH = 256
+cached_partition_for = functools.lru_cache(maxsize=1 << 16)(_partition_for)
 
 
 def plan(

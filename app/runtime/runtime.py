@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.group.results import AppendFailure, Continuation, Reply, Result
-from app.runtime.placement import partition_for
+from app.runtime.placement import CACHED_ID_LENGTH, cached_partition_for, partition_for
 from app.service import CoordinatorError, GroupRead, GroupWrite
 from storage.errors import FencedError, RecordTooLarge, StorageError, WriterBusy
 from storage.writer import LogWriter
@@ -202,8 +202,8 @@ class CoordinatorRuntime:
         # `route`'s checks in the order of the common case; any doubt asks `route` itself,
         # which raises the precise error
         p = (
-            self.partitions.get(partition_for(group_id, self.log_partitions))
-            if 0 < len(group_id) <= self.max_group_id_length
+            self.partitions.get(cached_partition_for(group_id, self.log_partitions))
+            if 0 < len(group_id) <= CACHED_ID_LENGTH
             else None
         )
         if p is None or p.state is not PartitionState.ACTIVE or mono >= p.valid_until:

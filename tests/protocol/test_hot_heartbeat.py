@@ -13,7 +13,13 @@ from app.group.messages import Error
 from app.kafka.apis import version_table
 from app.kafka.codec import build, encode_body, frame_response, response_class
 from app.kafka.group_apis import decode_heartbeat
-from app.kafka.hot import heartbeat_reply, read_heartbeat
+from app.kafka.hot import (
+    MEMO_FRAME_BYTES,
+    MEMO_FRAMES,
+    HeartbeatReader,
+    heartbeat_reply,
+    read_heartbeat,
+)
 from membership.wire import encode_request
 from tests.protocol.groups import stable_group
 from tests.runtime.node_fixture import RunningNode
@@ -51,6 +57,32 @@ def test_the_hot_reader_reads_what_kio_reads(
         kio.member_id,
         kio.group_instance_id,
     )
+
+
+def test_a_connections_reader_remembers_frames_within_its_bound() -> None:
+    """A member resends the same bytes (but its correlation id): the reader answers them
+    from its memo, reads anew what differs, and never holds more than its bound."""
+    reader = HeartbeatReader(MAX_CLIENT_ID)
+    frame = frame_of(4, "g", 7, "m-1", "i-1", "client")
+    again = frame[:4] + struct.pack(">i", 99) + frame[8:]  # another correlation id
+    assert reader.read(frame, 4) == reader.read(again, 4) == ("g", 7, "m-1", "i-1")
+    assert len(reader) == 1
+    # the next generation is new bytes: read, not taken for the old one
+    assert reader.read(frame_of(4, "g", 8, "m-1", "i-1", "client"), 4) == ("g", 8, "m-1", "i-1")
+    # the same bytes under another version are read as that version (v3's strings differ)
+    v3 = frame_of(3, "g", 7, "m-1", "i-1", "client")
+    assert reader.read(v3, 3) == read_heartbeat(v3, 3, MAX_CLIENT_ID)
+    # bounded: many members over one connection never hold more than MEMO_FRAMES frames
+    for m in range(5 * MEMO_FRAMES):
+        fields = reader.read(frame_of(4, "g", 7, f"m-{m}", None, "client"), 4)
+        assert fields == ("g", 7, f"m-{m}", None)
+        assert len(reader) <= MEMO_FRAMES
+    # large frames are read every time, never kept; frames the reader refuses are not kept
+    big = frame_of(4, "g" * 126, 7, "m" * 126, "i" * 126, "c" * MEMO_FRAME_BYTES)
+    before = len(reader)
+    assert reader.read(big, 4) == ("g" * 126, 7, "m" * 126, "i" * 126)
+    assert reader.read(frame + b"\0", 4) is None  # a trailing byte
+    assert len(reader) == before
 
 
 @pytest.mark.parametrize("version", range(5))
