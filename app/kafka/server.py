@@ -82,6 +82,8 @@ class KafkaConnection(asyncio.Protocol):
         self._server = server
         self._service = server.service
         self._security = server.security
+        # fixed for the node's life (COORD_AUTHORIZER): without ACLs a heartbeat asks no one
+        self._acl_enabled = server.security is not None and server.security.acl_enabled
         self.listener = listener.name
         # who is asking: ANONYMOUS until a certificate or SASL says otherwise (Kafka's rule)
         self.principal = ANONYMOUS
@@ -322,8 +324,12 @@ class KafkaConnection(asyncio.Protocol):
             if fields is not None:
                 group_id, generation_id, member_id, instance_id = fields
                 security = self._security
-                if security is not None and not security.authorize(
-                    self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
+                if (
+                    self._acl_enabled
+                    and security is not None
+                    and not security.authorize(
+                        self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
+                    )
                 ):
                     error = Error.GROUP_AUTHORIZATION_FAILED
                 else:
