@@ -962,6 +962,12 @@ def run(opts: BenchOptions) -> Figure:
         return median([getattr(w, attr) for w in ws])
 
     hb_r, cm_r = median(hb_ratio()), median(cm_ratio())
+    if not all(e.rate > 0 for e in auth_w["echo"]):
+        # a floor of nothing is no floor: say so rather than divide by it
+        raise RuntimeError(
+            "the TLS handshake floor completed no handshake in a window "
+            f"({[e.rate for e in auth_w['echo']]}/s): the machine was too busy to measure"
+        )
     auth_r = {
         m: median([a.rate / e.rate for a, e in zip(auth_w[m], auth_w["echo"], strict=True)])
         for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")

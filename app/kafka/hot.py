@@ -107,27 +107,28 @@ MEMO_FRAME_BYTES: Final = 1024
 class HeartbeatReader:
     """`read_heartbeat` with the connection's memo of the frames it already read."""
 
-    __slots__ = ("_max_client_id", "_seen")
+    __slots__ = ("_max_client_id", "memo")
 
     def __init__(self, max_client_id: int) -> None:
         self._max_client_id = max_client_id
-        # frame bytes after the correlation id -> (version, fields)
-        self._seen: dict[bytes, tuple[int, HeartbeatFields]] = {}
+        # frame bytes after the correlation id -> (version, fields); the connection looks
+        # frames up here before it even cuts them out of a read
+        self.memo: dict[bytes, tuple[int, HeartbeatFields]] = {}
 
     def read(self, frame: bytes, version: int) -> HeartbeatFields | None:
         key = frame[8:]
-        seen = self._seen.get(key)
+        seen = self.memo.get(key)
         if seen is not None and seen[0] == version:
             return seen[1]
         fields = read_heartbeat(frame, version, self._max_client_id)
         if fields is not None and len(frame) <= MEMO_FRAME_BYTES:
-            if len(self._seen) >= MEMO_FRAMES:
-                self._seen.clear()
-            self._seen[key] = (version, fields)
+            if len(self.memo) >= MEMO_FRAMES:
+                self.memo.clear()
+            self.memo[key] = (version, fields)
         return fields
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self.memo)
 
 
 # (version, error) -> the reply frame after the size and correlation id; a handful of entries

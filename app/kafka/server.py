@@ -35,7 +35,7 @@ from app.kafka.context import (
     resume,
 )
 from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION, JOIN_GROUP, SYNC_GROUP
-from app.kafka.hot import HeartbeatReader, heartbeat_reply
+from app.kafka.hot import HeartbeatFields, HeartbeatReader, heartbeat_reply
 from app.kafka.hot_group import (
     OffsetCommitWire,
     read_join_group,
@@ -179,19 +179,9 @@ class KafkaConnection(asyncio.Protocol):
         self._consume(data)
 
     def _consume(self, data: bytes) -> None:
-        """Serve the complete frames of `data` and keep the rest; the replies ready by then
-        leave in one write, now (not from a callback of the loop's next step: one less
-        callback per read)."""
-        scheduled = self._write_scheduled
-        self._write_scheduled = True  # `_write` appends and leaves the writing to us
-        self._serve_frames(data)
-        if not scheduled:
-            self._write_out()
-
-    def _serve_frames(self, data: bytes) -> None:
-        """One read may hold thousands of small frames: serving stops as soon as the
-        connection must stop reading (too many requests or reply bytes in flight), and the
-        rest waits in `_buf` until it resumes."""
+        """Serve the complete frames of `data` and keep the rest. One read may hold thousands
+        of small frames: serving stops as soon as the connection must stop reading (too many
+        requests or reply bytes in flight), and the rest waits in `_buf` until it resumes."""
         pos = 0
         available = len(data)
         perf_counter = time.perf_counter
@@ -200,6 +190,7 @@ class KafkaConnection(asyncio.Protocol):
         # TURN_SHARE_S, so the reading is at most that old, far inside a lease's safety margin.
         self._clock = (time.time_ns() // 1_000_000, time.monotonic_ns() // 1_000_000)
         on_frame = self._on_frame
+        memo = self._heartbeats.memo
         while True:
             if available - pos < 4:
                 self._need = 4
@@ -220,7 +211,20 @@ class KafkaConnection(asyncio.Protocol):
                 self._server.wait_heavy_turn(self)
                 self._update_reading()
                 break
-            on_frame(data[pos + 4 : end])
+            # A Heartbeat with the bytes of one this connection read before (but for its
+            # correlation id) is served straight from `data`: no copy of the frame, no read.
+            seen = (
+                memo.get(data[pos + 12 : end])
+                if size >= 8
+                and data[pos + 5] == HEARTBEAT
+                and not data[pos + 4]
+                and self.authenticated
+                else None
+            )
+            if seen is not None and not data[pos + 6] and seen[0] == data[pos + 7]:
+                self._heartbeat(seen[1], seen[0], _unpack_size(data, pos + 8)[0])
+            else:
+                on_frame(data[pos + 4 : end])
             pos = end
             if self._closing:
                 return
@@ -317,44 +321,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         api_key, version, correlation_id = _REQUEST_PREFIX.unpack_from(frame, 0)
         if api_key == HEARTBEAT and 0 <= version <= HEARTBEAT_MAX_VERSION:
-            # The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat`
-            # and `_error_result` do, without a request context or kio, written out here
-            # (a call per step was a third of a heartbeat's cost).
             fields = self._heartbeats.read(frame, version)
             if fields is not None:
-                group_id, generation_id, member_id, instance_id = fields
-                security = self._security
-                if (
-                    self._acl_enabled
-                    and security is not None
-                    and not security.authorize(
-                        self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
-                    )
-                ):
-                    error = Error.GROUP_AUTHORIZATION_FAILED
-                else:
-                    try:
-                        error = self._service.heartbeat(
-                            group_id, generation_id, member_id, instance_id, self._clock
-                        )
-                    except CoordinatorError as exc:
-                        error = exc.error
-                    except Exception:
-                        log.exception("Heartbeat v%d from %s failed", version, self._peer)
-                        error = Error.UNKNOWN_SERVER_ERROR
-                counts = self._request_counts
-                if counts is not None:
-                    key = ("Heartbeat", version, error)
-                    counts[key] = counts.get(key, 0) + 1
-                reply = heartbeat_reply(correlation_id, version, error)
-                if self._slots:
-                    self._emit(reply)  # behind a reply still being computed
-                    return
-                self._out.append(reply)  # `_write`, inlined
-                if not self._write_scheduled:
-                    self._write_scheduled = True
-                    assert self._loop is not None
-                    self._loop.call_soon(self._write_out)
+                self._heartbeat(fields, version, correlation_id)
                 return
         entry = self._table.get((api_key, version))
         if entry is None:
@@ -405,6 +374,44 @@ class KafkaConnection(asyncio.Protocol):
         data = self._encode(entry, ctx, body, correlation_id, result)
         if data:
             self._emit(data)
+
+    def _heartbeat(self, fields: HeartbeatFields, version: int, correlation_id: int) -> None:
+        """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and
+        `_error_result` do, without a request context or kio, written out here (a call per
+        step was a third of a heartbeat's cost)."""
+        group_id, generation_id, member_id, instance_id = fields
+        security = self._security
+        if (
+            self._acl_enabled
+            and security is not None
+            and not security.authorize(
+                self.principal, self.ip, AclOperation.READ, ResourceType.GROUP, group_id
+            )
+        ):
+            error = Error.GROUP_AUTHORIZATION_FAILED
+        else:
+            try:
+                error = self._service.heartbeat(
+                    group_id, generation_id, member_id, instance_id, self._clock
+                )
+            except CoordinatorError as exc:
+                error = exc.error
+            except Exception:
+                log.exception("Heartbeat v%d from %s failed", version, self._peer)
+                error = Error.UNKNOWN_SERVER_ERROR
+        counts = self._request_counts
+        if counts is not None:
+            key = ("Heartbeat", version, error)
+            counts[key] = counts.get(key, 0) + 1
+        reply = heartbeat_reply(correlation_id, version, error)
+        if self._slots:
+            self._emit(reply)  # behind a reply still being computed
+            return
+        self._out.append(reply)  # `_write`, inlined
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._write_out)
 
     def _read_hot(
         self, api_key: int, version: int, frame: bytes

@@ -3,6 +3,7 @@ every frame outside its common shape goes to the generic path, which decides as 
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 import pytest
@@ -146,3 +147,34 @@ async def test_both_paths_answer_alike_and_are_counted(
     assert 'coordinator_requests_total{api="Heartbeat",error="22",version="4"} 2.0' in metrics
     assert 'coordinator_requests_total{api="Heartbeat",error="82",version="4"} 2.0' in metrics
     assert 'coordinator_requests_total{api="Heartbeat",error="0",version="0"} 1.0' in metrics
+
+
+async def test_remembered_frames_are_answered_from_the_groups_state_now(
+    node: RunningNode, client: KafkaTestClient
+) -> None:
+    """A connection remembers a member's Heartbeat bytes, never their answer: the same bytes,
+    pipelined in one write with other requests between them, are each answered in order,
+    under their own correlation ids, from the group's state when they arrive."""
+    member, gen = await stable_group(client, "memo", group_instance_id="memo-i")
+    request = client.heartbeat_request("memo", gen, member, group_instance_id="memo-i", version=4)
+    frames = [client.encode(request, 1000 + i) for i in range(3)]
+    replies = [client.expect(1000 + i, None) for i in range(3)]
+    await client.send_raw(b"".join(frames))
+    for i, reply in enumerate(replies):
+        assert _error_of(await asyncio.wait_for(reply, 10)) == Error.NONE, i
+    # a rebalance begins: the remembered bytes now get REBALANCE_IN_PROGRESS
+    other = await node.client("memo-other")
+    # (v3: no MEMBER_ID_REQUIRED round trip, the join starts the rebalance)
+    joining = asyncio.ensure_future(other.join_group("memo", protocols=[("range", b"")], version=3))
+    await asyncio.sleep(0.3)
+    late = [client.expect(2000 + i, None) for i in range(2)]
+    await client.send_raw(client.encode(request, 2000) + client.encode(request, 2001))
+    for reply in late:
+        assert _error_of(await asyncio.wait_for(reply, 10)) == Error.REBALANCE_IN_PROGRESS
+    joining.cancel()
+    await other.close()
+
+
+def _error_of(reply: bytes) -> int:
+    """A Heartbeat v4 reply after its correlation id: header tags (1), throttle (4), error."""
+    return int(struct.unpack_from(">h", reply, 5)[0])
