@@ -255,3 +255,17 @@ def test_heartbeats_do_not_grow_the_timer_heap_and_sessions_still_expire() -> No
     assert quiet in ctx.group().members
     ctx.advance(1)
     assert quiet not in ctx.group().members
+
+
+def test_heartbeat_checks_identity_exactly_as_validate_member() -> None:
+    """heartbeat_error writes Group.validate_member out in place (the hot path): every pairing
+    of a member id and an instance id, known, foreign or unknown, gets the same answer."""
+    ctx = Context()
+    sg = ctx.stable_group(["i0", "i1"])
+    dynamic = ctx.stable_group(1, group_id="dyn")
+    group = ctx.coordinator.groups[GROUP]
+    for member_id in [*sg.member_ids, dynamic.leader, "ghost", ""]:
+        for instance_id in ["i0", "i1", "zz", None]:
+            expected = group.validate_member(member_id, instance_id)
+            got = ctx.heartbeat(member_id, sg.generation, instance_id=instance_id)
+            assert got is expected, (member_id, instance_id)
