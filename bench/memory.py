@@ -380,7 +380,7 @@ def _model(a: dict[str, Any]) -> dict[str, Any]:
     total = tracemalloc.get_traced_memory()[0] - base
     n = groups * members
     # timers as they stand: the objects only they hold (id strings are the members' own)
-    heap_entries = len(core._heap)
+    heap_entries = len(core.heap)
     timers = _timer_bytes(core)
     # heartbeats move deadlines in place: what they leave behind shows here
     hb_groups = [g for g in list(core.groups.values())[: max(1, groups // 10)]]

@@ -480,6 +480,9 @@ class AuthWindow:
     errors: dict[str, int]
 
 
+AUTH_BARRIER_S = 5.0  # seconds from the barrier's setting to the workers' start
+
+
 def _auth_window(
     target: str,
     port: int,
@@ -491,7 +494,10 @@ def _auth_window(
     warmup: float,
 ) -> AuthWindow:
     procs = worker_processes()
-    start = start_barrier(2.0)
+    # the workers import the client stack before the barrier: under the smoke test's parallel
+    # figures (JVMs starting) that took longer than 2 s, and a window that closed before they
+    # began counted nothing
+    start = start_barrier(AUTH_BARRIER_S)
     cpu = hb._CpuWindow(pid, start + warmup, start + warmup + window)
     cpu.start()
     args = {
@@ -516,6 +522,12 @@ def _auth_window(
     for r in results:
         hist.update({int(k): v for k, v in r["latency"].items()})
         errors.update(r["errors"])
+    late = max(r["late"] for r in results)
+    if late > warmup:
+        raise RuntimeError(
+            f"{target} authentication workers began {late:.1f} s after the barrier, past the "
+            "start of their window: the machine was too busy to measure"
+        )
     return AuthWindow(
         rate=sum(r["ok"] for r in results) / window,
         p50=hb._hist_percentile(hist, 50),
@@ -966,7 +978,8 @@ def run(opts: BenchOptions) -> Figure:
         # a floor of nothing is no floor: say so rather than divide by it
         raise RuntimeError(
             "the TLS handshake floor completed no handshake in a window "
-            f"({[e.rate for e in auth_w['echo']]}/s): the machine was too busy to measure"
+            f"({[e.rate for e in auth_w['echo']]}/s, errors "
+            f"{[e.errors for e in auth_w['echo']]})"
         )
     auth_r = {
         m: median([a.rate / e.rate for a, e in zip(auth_w[m], auth_w["echo"], strict=True)])
