@@ -55,7 +55,7 @@ from app.group.results import (
     SyncDone,
     TombstonesDone,
 )
-from app.group.state import Group, GroupState
+from app.group.state import DEAD, Group
 from app.group.timers import RETENTION_KEY, TimerKey, TimerKind, TimerQueue, heartbeat_key
 from app.group.view import GroupSummary, GroupView
 
@@ -226,7 +226,7 @@ class GroupCoordinator:
         out = Result()
         self._membership.answer_parked(Error.NOT_COORDINATOR, out)
         for group in self.groups.values():
-            group.state = GroupState.DEAD
+            group.state = DEAD
         self.groups.clear()
         self._queue.clear()
         return out

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from app.group.config import CoreConfig
 from app.group.messages import (
+    NO_ERROR,
     Error,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -35,7 +36,16 @@ from app.group.results import (
     Write,
     group_write_error,
 )
-from app.group.state import DurableStatic, Group, GroupState, Member
+from app.group.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    DurableStatic,
+    Group,
+    Member,
+)
 from app.group.timers import TimerQueue, heartbeat_key, pending_key
 
 log = logging.getLogger(__name__)
@@ -94,18 +104,18 @@ class Membership:
             self._join_existing_member(handle, group, req, now, out)
 
         state = group.state
-        if state is GroupState.PREPARING_REBALANCE:
+        if state is PREPARING_REBALANCE:
             self.rebalancer.try_complete_join(group, now, out)
-        elif state is GroupState.EMPTY:  # only an Empty group can be unused
+        elif state is EMPTY:  # only an Empty group can be unused
             drop_if_unused(self.groups, group)
         return out
 
     def _accept_joining_member(self, group: Group, member_id: str) -> bool:
         state = group.state
-        if state in (GroupState.EMPTY, GroupState.DEAD):
+        if state in (EMPTY, DEAD):
             return True
         member = group.members.get(member_id) if member_id else None
-        if state is GroupState.PREPARING_REBALANCE:
+        if state is PREPARING_REBALANCE:
             return (member is not None and member.awaiting_join is not None) or (
                 group.awaiting_join_count < self.config.group_max_size
             )
@@ -114,7 +124,7 @@ class Membership:
     def _join_new_member(
         self, handle: int, group: Group, req: JoinGroupRequest, now: int, out: Result
     ) -> None:
-        if group.is_(GroupState.DEAD):
+        if group.is_(DEAD):
             out.reply(handle, join_error(Error.COORDINATOR_NOT_AVAILABLE))
             return
         if not group.supports_protocols(req.protocol_type, [n for n, _ in req.protocols]):
@@ -174,7 +184,7 @@ class Membership:
         self.rebalancer.reschedule_session(group, member, now, req.session_timeout_ms)
         self._update_member(group, member, req, handle, out)
 
-        if group.is_(GroupState.STABLE):
+        if group.is_(STABLE):
             if group.select_protocol() == group.protocol_name:
                 # no rebalance: persist the new member id, answer after the write
                 in_flight = group.transient.static_in_flight
@@ -201,7 +211,7 @@ class Membership:
                 out.writes.append(Write([record], done))
             else:
                 self.rebalancer.prepare_rebalance(group, now, out, "static member changed protocol")
-        elif group.is_(GroupState.COMPLETING_REBALANCE):
+        elif group.is_(COMPLETING_REBALANCE):
             # the leader may already hold the old id in its member list
             self.rebalancer.prepare_rebalance(group, now, out, "static member replaced during sync")
         # PreparingRebalance: stays parked; join completion is attempted by the caller
@@ -211,7 +221,7 @@ class Membership:
     ) -> None:
         mid = req.member_id
         state = group.state
-        if state is GroupState.DEAD:
+        if state is DEAD:
             out.reply(handle, join_error(Error.COORDINATOR_NOT_AVAILABLE, mid))
             return
         if not group.supports_protocols(req.protocol_type, [n for n, _ in req.protocols]):
@@ -224,19 +234,19 @@ class Membership:
             self._add_member_and_rebalance(handle, group, req, mid, now, out)
             return
         error = group.validate_member(mid, req.group_instance_id)
-        if error is not Error.NONE:
+        if error is not NO_ERROR:
             out.reply(handle, join_error(error, mid))
             return
         member = group.members[mid]
-        if state is GroupState.PREPARING_REBALANCE:
+        if state is PREPARING_REBALANCE:
             self._update_member(group, member, req, handle, out)
-        elif state is GroupState.COMPLETING_REBALANCE:
+        elif state is COMPLETING_REBALANCE:
             if member.matches(req.protocols):
                 out.reply(handle, join_response(group, member, member_list(group)))
             else:
                 self._update_member(group, member, req, handle, out)
                 self.rebalancer.prepare_rebalance(group, now, out, "member metadata changed")
-        elif state is GroupState.STABLE:
+        elif state is STABLE:
             if group.is_leader(mid) or not member.matches(req.protocols):
                 self._update_member(group, member, req, handle, out)
                 self.rebalancer.prepare_rebalance(group, now, out, "leader or metadata changed")
@@ -283,7 +293,7 @@ class Membership:
         )
         # Java's rule: a member added during the initial rebalance extends its delay window
         t = group.transient
-        if group.is_(GroupState.PREPARING_REBALANCE) and t.previous_state is GroupState.EMPTY:
+        if group.is_(PREPARING_REBALANCE) and t.previous_state is EMPTY:
             t.new_member_added = True
         group.add(member)
         t.pending_members.discard(member_id)
@@ -354,15 +364,15 @@ class Membership:
             out.reply(handle, SyncGroupResponse(Error.INVALID_GROUP_ID))
             return out
         group = self.groups.get(req.group_id)
-        if group is None or (not group.members and group.state is not GroupState.DEAD):
+        if group is None or (not group.members and group.state is not DEAD):
             out.reply(handle, SyncGroupResponse(Error.UNKNOWN_MEMBER_ID))
             return out
         error = _sync_error(group, req)
-        if error is not Error.NONE:
+        if error is not NO_ERROR:
             out.reply(handle, SyncGroupResponse(error))
             return out
         member = group.members[req.member_id]
-        if group.state is GroupState.COMPLETING_REBALANCE:
+        if group.state is COMPLETING_REBALANCE:
             if member.awaiting_sync is not None:
                 out.reply(member.awaiting_sync, SyncGroupResponse(Error.REBALANCE_IN_PROGRESS))
             member.awaiting_sync = handle
@@ -388,7 +398,7 @@ class Membership:
             out.reply(
                 handle,
                 SyncGroupResponse(
-                    Error.NONE, group.protocol_type, group.protocol_name, member.assignment
+                    NO_ERROR, group.protocol_type, group.protocol_name, member.assignment
                 ),
             )
         return out
@@ -401,7 +411,7 @@ class Membership:
             group.transient.assignment_write_generation = None
         if (
             group is None
-            or not group.is_(GroupState.COMPLETING_REBALANCE)
+            or not group.is_(COMPLETING_REBALANCE)
             or group.generation != cont.generation
         ):
             return
@@ -426,13 +436,13 @@ class Membership:
                 replies.append(
                     (
                         member.awaiting_sync,
-                        SyncGroupResponse(Error.NONE, protocol_type, protocol_name, assignment),
+                        SyncGroupResponse(NO_ERROR, protocol_type, protocol_name, assignment),
                     )
                 )
                 member.awaiting_sync = None
                 # Rebalancer.reschedule_session, inline
                 schedule_session(group_id, member.member_id, now + member.session_timeout_ms)
-        group.transition(GroupState.STABLE, now)
+        group.transition(STABLE, now)
         self.registrations.close_if_complete(group, out)
 
     # ==== Heartbeat (protocol.md §7.1) ==========================================================
@@ -461,7 +471,7 @@ class Membership:
         if group is None:
             return Error.UNKNOWN_MEMBER_ID
         state = group.state
-        if state is GroupState.DEAD:
+        if state is DEAD:
             return Error.COORDINATOR_NOT_AVAILABLE
         if group_instance_id is not None:
             known = group.static_members.get(group_instance_id)
@@ -474,7 +484,7 @@ class Membership:
             return Error.UNKNOWN_MEMBER_ID
         if generation_id != group.generation:
             return Error.ILLEGAL_GENERATION
-        if state is GroupState.EMPTY:
+        if state is EMPTY:
             return Error.UNKNOWN_MEMBER_ID
         # the session timer moves later; it holds the group's and member's own strings, not
         # the request's
@@ -489,9 +499,9 @@ class Membership:
             bound = queue.bounds.get(group_id)
             if bound is None or deadline < bound:
                 queue.schedule_session(group_id, member.member_id, deadline)
-        if state is GroupState.PREPARING_REBALANCE:
+        if state is PREPARING_REBALANCE:
             return Error.REBALANCE_IN_PROGRESS
-        return Error.NONE
+        return NO_ERROR
 
     # ==== LeaveGroup (protocol.md §7.3) =========================================================
 
@@ -505,7 +515,7 @@ class Membership:
             out.reply(
                 handle,
                 LeaveGroupResponse(
-                    Error.NONE,
+                    NO_ERROR,
                     tuple(
                         LeaveMemberResponse(
                             m.member_id, m.group_instance_id, Error.UNKNOWN_MEMBER_ID
@@ -515,13 +525,13 @@ class Membership:
                 ),
             )
             return out
-        if group.is_(GroupState.DEAD):
+        if group.is_(DEAD):
             out.reply(handle, LeaveGroupResponse(Error.COORDINATOR_NOT_AVAILABLE))
             return out
         results = []
         for leaving in req.members:
             error = self._leave_one(group, leaving.member_id, leaving.group_instance_id, now, out)
-            if error is Error.NONE:
+            if error is NO_ERROR:
                 log.info(
                     "group %s: member %s/%s left (reason: %s)",
                     group.group_id,
@@ -530,7 +540,7 @@ class Membership:
                     leaving.reason or "not provided",
                 )
             results.append(LeaveMemberResponse(leaving.member_id, leaving.group_instance_id, error))
-        out.reply(handle, LeaveGroupResponse(Error.NONE, tuple(results)))
+        out.reply(handle, LeaveGroupResponse(NO_ERROR, tuple(results)))
         drop_if_unused(self.groups, group)
         return out
 
@@ -542,18 +552,18 @@ class Membership:
             if known is None:
                 return Error.UNKNOWN_MEMBER_ID
             self.rebalancer.remove_member_and_update_group(group, group.members[known], now, out)
-            return Error.NONE
+            return NO_ERROR
         if member_id in group.transient.pending_members:
             group.transient.pending_members.discard(member_id)
             self.queue.cancel(pending_key(group.group_id, member_id))
-            if group.is_(GroupState.PREPARING_REBALANCE):
+            if group.is_(PREPARING_REBALANCE):
                 self.rebalancer.try_complete_join(group, now, out)
-            return Error.NONE
+            return NO_ERROR
         error = group.validate_member(member_id, instance_id)
-        if error is not Error.NONE:
+        if error is not NO_ERROR:
             return error
         self.rebalancer.remove_member_and_update_group(group, group.members[member_id], now, out)
-        return Error.NONE
+        return NO_ERROR
 
     # ==== unloading =============================================================================
 
@@ -571,10 +581,10 @@ class Membership:
 
 def _sync_error(group: Group, req: SyncGroupRequest) -> Error:
     state = group.state
-    if state is GroupState.DEAD:
+    if state is DEAD:
         return Error.COORDINATOR_NOT_AVAILABLE
     error = group.validate_member(req.member_id, req.group_instance_id)
-    if error is not Error.NONE:
+    if error is not NO_ERROR:
         return error
     if req.generation_id != group.generation:
         return Error.ILLEGAL_GENERATION
@@ -582,8 +592,8 @@ def _sync_error(group: Group, req: SyncGroupRequest) -> Error:
         return Error.INCONSISTENT_GROUP_PROTOCOL
     if req.protocol_name is not None and req.protocol_name != group.protocol_name:
         return Error.INCONSISTENT_GROUP_PROTOCOL
-    if state is GroupState.EMPTY:
+    if state is EMPTY:
         return Error.UNKNOWN_MEMBER_ID
-    if state is GroupState.PREPARING_REBALANCE:
+    if state is PREPARING_REBALANCE:
         return Error.REBALANCE_IN_PROGRESS
-    return Error.NONE
+    return NO_ERROR

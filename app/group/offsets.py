@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from app.group.config import CoreConfig
 from app.group.messages import (
+    NO_ERROR,
     DeleteGroupResult,
     Error,
     FetchedOffset,
@@ -36,7 +37,14 @@ from app.group.results import (
     group_write_error,
     offset_write_error,
 )
-from app.group.state import Group, GroupState
+from app.group.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    Group,
+)
 from app.group.timers import RETENTION_KEY, TimerQueue, heartbeat_key
 
 
@@ -71,12 +79,12 @@ class Offsets:
             group = Group(req.group_id, state_timestamp=now)  # a "simple" group
             self.groups[req.group_id] = group
         error = _commit_error(group, req)
-        if error is not Error.NONE:
+        if error is not NO_ERROR:
             return fail_all(error)
         member = group.members.get(req.member_id)
         if member is not None and group.state in (
-            GroupState.STABLE,
-            GroupState.PREPARING_REBALANCE,
+            STABLE,
+            PREPARING_REBALANCE,
         ):
             deadline = now + member.session_timeout_ms
             self.queue.schedule(heartbeat_key(group.group_id, member.member_id), deadline)
@@ -88,7 +96,7 @@ class Offsets:
         # from members' commits (OffsetValue v1)
         source = (
             OFFSET_SOURCE_RESET
-            if req.generation_id < 0 and member is None and group.is_(GroupState.EMPTY)
+            if req.generation_id < 0 and member is None and group.is_(EMPTY)
             else OFFSET_SOURCE_MEMBER
         )
         for p in req.partitions:
@@ -131,7 +139,7 @@ class Offsets:
         if failure is None:
             for record in cont.records:
                 replay(self.groups, record)  # protocol.md §8.2: visible only once durable
-            error = Error.NONE
+            error = NO_ERROR
         else:
             error = offset_write_error(failure)
             if group is not None:
@@ -142,9 +150,9 @@ class Offsets:
 
     def offset_fetch(self, req: OffsetFetchRequest) -> OffsetFetchResponse:
         group = self.groups.get(req.group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is None or group.is_(DEAD):
             parts = tuple(FetchedOffset(t, p) for t, p in (req.partitions or ()))
-            return OffsetFetchResponse(req.group_id, Error.NONE, parts)
+            return OffsetFetchResponse(req.group_id, NO_ERROR, parts)
         wanted = sorted(group.offsets) if req.partitions is None else list(req.partitions)
         pending = group.transient.pending_offset_commits
         out = []
@@ -159,7 +167,7 @@ class Offsets:
                 out.append(
                     FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata)
                 )
-        return OffsetFetchResponse(req.group_id, Error.NONE, tuple(out))
+        return OffsetFetchResponse(req.group_id, NO_ERROR, tuple(out))
 
     # ==== OffsetDelete ==========================================================================
 
@@ -169,11 +177,11 @@ class Offsets:
         subscribes to; NONE for the rest. A group-level refusal is a DeleteGroupResult."""
         out = Result()
         group = self.groups.get(req.group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is None or group.is_(DEAD):
             out.reply(handle, DeleteGroupResult(req.group_id, Error.GROUP_ID_NOT_FOUND))
             return out
         subscribed: set[str] = set()
-        if not group.is_(GroupState.EMPTY):
+        if not group.is_(EMPTY):
             # Kafka's ClassicGroup.validateOffsetDelete: only the consumer protocol lets a
             # group with members lose offsets, and only of topics nobody subscribes to
             if group.protocol_type != "consumer":
@@ -193,7 +201,7 @@ class Offsets:
                 records.append(offset_record(group.group_id, topic, partition, None))
                 written.append(tp)
             else:
-                results.append(PartitionResult(topic, partition, Error.NONE))  # nothing to delete
+                results.append(PartitionResult(topic, partition, NO_ERROR))  # nothing to delete
         if not records:
             out.reply(handle, OffsetCommitResponse(tuple(results)))
             return out
@@ -212,13 +220,13 @@ class Offsets:
     def on_retention_timer(self, now: int, out: Result) -> None:
         self.queue.schedule(RETENTION_KEY, now + self.config.offsets_retention_check_interval_ms)
         for group in list(self.groups.values()):
-            if group.is_(GroupState.DEAD):
+            if group.is_(DEAD):
                 continue
             expired = self._expired_offsets(group, now)
             records = [offset_record(group.group_id, t, p, None) for t, p in expired]
             pending = group.transient
             kills = (
-                group.is_(GroupState.EMPTY)
+                group.is_(EMPTY)
                 and not group.members
                 and not pending.pending_members
                 and not pending.pending_offset_commits  # Kafka: hasOffsets counts pending ones
@@ -227,7 +235,7 @@ class Offsets:
             before = group.state_timestamp
             if kills:
                 records.append(group_record(group.group_id, None))
-                group.transition(GroupState.DEAD, now)
+                group.transition(DEAD, now)
             if records:
                 done = TombstonesDone(group.group_id, None, tuple(records), kills, before)
                 out.writes.append(Write(records, done))
@@ -238,11 +246,11 @@ class Offsets:
         retention = self.config.offsets_retention_ms
         use_state_time = False
         kept_topics: set[str] = set()
-        if group.protocol_type and group.is_(GroupState.EMPTY):
+        if group.protocol_type and group.is_(EMPTY):
             use_state_time = group.state_timestamp is not None
         elif (
             group.protocol_type == "consumer"
-            and group.is_(GroupState.STABLE)
+            and group.is_(STABLE)
             and group.members
             and (subscribed := group.subscribed_topics()) is not None
         ):
@@ -270,10 +278,10 @@ class Offsets:
     def delete_group(self, handle: int, group_id: str, now: int) -> Result:
         out = Result()
         group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is None or group.is_(DEAD):
             out.reply(handle, DeleteGroupResult(group_id, Error.GROUP_ID_NOT_FOUND))
             return out
-        if not group.is_(GroupState.EMPTY):
+        if not group.is_(EMPTY):
             out.reply(handle, DeleteGroupResult(group_id, Error.NON_EMPTY_GROUP))
             return out
         # Offsets still being written are tombstoned too: their records precede these in the
@@ -285,7 +293,7 @@ class Offsets:
         records = [offset_record(group_id, t, p, None) for t, p in partitions]
         records.append(group_record(group_id, None))
         before = group.state_timestamp
-        group.transition(GroupState.DEAD, now)
+        group.transition(DEAD, now)
         done = TombstonesDone(group_id, handle, tuple(records), True, before)
         out.writes.append(Write(records, done))
         return out
@@ -295,9 +303,9 @@ class Offsets:
     ) -> None:
         group = self.groups.get(cont.group_id)
         if failure is not None:
-            if cont.kills_group and group is not None and group.is_(GroupState.DEAD):
+            if cont.kills_group and group is not None and group.is_(DEAD):
                 # the group was never deleted: back to its last durable state
-                group.state = GroupState.EMPTY
+                group.state = EMPTY
                 group.state_timestamp = cont.state_timestamp_before
             if cont.handle is not None:
                 out.reply(cont.handle, DeleteGroupResult(cont.group_id, group_write_error(failure)))
@@ -307,22 +315,22 @@ class Offsets:
         if cont.kills_group:
             self.groups.pop(cont.group_id, None)
         if cont.handle is not None:
-            out.reply(cont.handle, DeleteGroupResult(cont.group_id, Error.NONE))
+            out.reply(cont.handle, DeleteGroupResult(cont.group_id, NO_ERROR))
 
 
 def _commit_error(group: Group, req: OffsetCommitRequest) -> Error:
-    if group.is_(GroupState.DEAD):
+    if group.is_(DEAD):
         return Error.COORDINATOR_NOT_AVAILABLE
-    if req.generation_id < 0 and group.is_(GroupState.EMPTY):
-        return Error.NONE  # admin/simple commit: no member validation
+    if req.generation_id < 0 and group.is_(EMPTY):
+        return NO_ERROR  # admin/simple commit: no member validation
     if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
         error = group.validate_member(req.member_id, req.group_instance_id)
-        if error is not Error.NONE:
+        if error is not NO_ERROR:
             return error
         if req.generation_id != group.generation:
             return Error.ILLEGAL_GENERATION
     else:
         return Error.UNKNOWN_MEMBER_ID
-    if group.is_(GroupState.COMPLETING_REBALANCE):
+    if group.is_(COMPLETING_REBALANCE):
         return Error.REBALANCE_IN_PROGRESS
-    return Error.NONE
+    return NO_ERROR

@@ -9,6 +9,7 @@ import logging
 
 from app.group.config import CoreConfig
 from app.group.messages import (
+    NO_ERROR,
     AdminOutcome,
     AdminResult,
     Error,
@@ -18,7 +19,16 @@ from app.group.messages import (
 )
 from app.group.replay import drop_if_unused
 from app.group.results import LogOnly, Result, Write
-from app.group.state import Group, GroupState, JoinPhase, Member
+from app.group.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    Group,
+    JoinPhase,
+    Member,
+)
 from app.group.timers import TimerKey, TimerQueue, heartbeat_key, join_key, sync_key
 
 log = logging.getLogger(__name__)
@@ -34,7 +44,7 @@ def generation_response(
     member_id: str,
     leader: str | None,
     members: tuple[JoinGroupMember, ...] = (),
-    error: Error = Error.NONE,
+    error: Error = NO_ERROR,
     skip_assignment: bool = False,
 ) -> JoinGroupResponse:
     """A JoinGroup answer that names the group's current generation."""
@@ -90,13 +100,13 @@ class Rebalancer:
         # operator reasons are free text: count them under one label, log and record the text
         key = "admin" if reason.startswith("admin: ") else reason
         self.rebalances[key] = self.rebalances.get(key, 0) + 1
-        if group.is_(GroupState.COMPLETING_REBALANCE):
+        if group.is_(COMPLETING_REBALANCE):
             self.reset_and_propagate_assignment_error(group, Error.REBALANCE_IN_PROGRESS, out)
         self.queue.cancel(sync_key(group.group_id, group.generation))
         t = group.transient
         t.pending_sync.clear()
         delay = self.config.initial_rebalance_delay_ms
-        if group.is_(GroupState.EMPTY):
+        if group.is_(EMPTY):
             t.join_phase = JoinPhase.INITIAL
             t.initial_window_ms = delay
             t.initial_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
@@ -105,7 +115,7 @@ class Rebalancer:
         else:
             t.join_phase = JoinPhase.REBALANCE
             self.queue.schedule(join_key(group.group_id), now + group.rebalance_timeout_ms())
-        group.transition(GroupState.PREPARING_REBALANCE, now)
+        group.transition(PREPARING_REBALANCE, now)
         self.try_complete_join(group, now, out)
 
     def try_complete_join(self, group: Group, now: int, out: Result) -> None:
@@ -119,7 +129,7 @@ class Rebalancer:
             self._complete_join(group, now, out)
 
     def on_join_timer(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
-        if not group.is_(GroupState.PREPARING_REBALANCE):
+        if not group.is_(PREPARING_REBALANCE):
             return
         t = group.transient
         if t.join_phase is JoinPhase.INITIAL and t.new_member_added and t.initial_remaining_ms != 0:
@@ -141,7 +151,7 @@ class Rebalancer:
         for member in [m for m in group.members.values() if m.awaiting_join is None]:
             if member.group_instance_id is None:
                 self.remove_member(group, member, out, answer_join=False)
-        if group.is_(GroupState.DEAD):
+        if group.is_(DEAD):
             return
         if not self._elect_joined_leader(group) and group.members:
             # only static members that have not rejoined: wait another rebalance timeout
@@ -151,13 +161,13 @@ class Rebalancer:
         group.generation += 1
         if group.members:
             group.protocol_name = group.select_protocol()
-            group.transition(GroupState.COMPLETING_REBALANCE, now)
+            group.transition(COMPLETING_REBALANCE, now)
         else:
             group.protocol_name = None
-            group.transition(GroupState.EMPTY, now)
+            group.transition(EMPTY, now)
         pending_sync = group.transient.pending_sync
         pending_sync.clear()
-        if group.is_(GroupState.EMPTY):
+        if group.is_(EMPTY):
             out.writes.append(Write([group.metadata_record()], LogOnly(f"{group.group_id} empty")))
             return
         members = member_list(group)
@@ -177,7 +187,7 @@ class Rebalancer:
                     (
                         member.awaiting_join,
                         JoinGroupResponse(
-                            Error.NONE,
+                            NO_ERROR,
                             generation,
                             protocol_type,
                             protocol_name,
@@ -211,24 +221,24 @@ class Rebalancer:
         """Admin-forced rebalance: members learn it from their next heartbeat and rejoin."""
         out = Result()
         group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is None or group.is_(DEAD):
             out.reply(
                 handle,
                 AdminResult(Error.GROUP_ID_NOT_FOUND, "no such group", AdminOutcome.NO_SUCH_GROUP),
             )
-        elif group.is_(GroupState.EMPTY):
+        elif group.is_(EMPTY):
             out.reply(
                 handle,
                 AdminResult(
                     Error.NON_EMPTY_GROUP, "group has no members", AdminOutcome.GROUP_EMPTY
                 ),
             )
-        elif group.is_(GroupState.PREPARING_REBALANCE):
-            out.reply(handle, AdminResult(Error.NONE, "already rebalancing"))
+        elif group.is_(PREPARING_REBALANCE):
+            out.reply(handle, AdminResult(NO_ERROR, "already rebalancing"))
         else:
             log.info("group %s: rebalance forced by admin (%s)", group_id, reason)
             self.prepare_rebalance(group, now, out, f"admin: {reason}")
-            out.reply(handle, AdminResult(Error.NONE, "rebalance started"))
+            out.reply(handle, AdminResult(NO_ERROR, "rebalance started"))
         return out
 
     # ==== the sync phase ========================================================================
@@ -241,8 +251,8 @@ class Rebalancer:
 
     def on_pending_sync_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
         if int(key[2]) != group.generation or group.state not in (
-            GroupState.COMPLETING_REBALANCE,
-            GroupState.STABLE,
+            COMPLETING_REBALANCE,
+            STABLE,
         ):
             return
         if not group.transient.pending_sync:
@@ -279,9 +289,9 @@ class Rebalancer:
         self, group: Group, member: Member, now: int, out: Result
     ) -> None:
         self.remove_member(group, member, out)
-        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+        if group.state in (STABLE, COMPLETING_REBALANCE):
             self.prepare_rebalance(group, now, out, "member removed")
-        elif group.is_(GroupState.PREPARING_REBALANCE):
+        elif group.is_(PREPARING_REBALANCE):
             self.try_complete_join(group, now, out)
 
     def on_session_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
@@ -301,6 +311,6 @@ class Rebalancer:
         member_id = key[2]
         if member_id in group.transient.pending_members:
             group.transient.pending_members.discard(member_id)
-            if group.is_(GroupState.PREPARING_REBALANCE):
+            if group.is_(PREPARING_REBALANCE):
                 self.try_complete_join(group, now, out)
             drop_if_unused(self.groups, group)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class RecordType(IntEnum):
@@ -336,15 +336,19 @@ def decode_registration_value(buf: bytes) -> RegistrationValue:
 
 # --- record constructors -------------------------------------------------------------------------
 
+# read for every record a request writes: not through 3.11's slow enum hook (state.py)
+_GROUP_METADATA: Final = RecordType.GROUP_METADATA
+_OFFSET_COMMIT: Final = RecordType.OFFSET_COMMIT
+
 
 def group_record(group_id: str, value: GroupMetadataValue | None) -> Record:
     body = None if value is None else encode_group_value(value)
-    return Record(RecordType.GROUP_METADATA, group_key(group_id), body)
+    return Record(_GROUP_METADATA, group_key(group_id), body)
 
 
 def offset_record(group_id: str, topic: str, partition: int, value: OffsetValue | None) -> Record:
     body = None if value is None else encode_offset_value(value)
-    return Record(RecordType.OFFSET_COMMIT, offset_key(group_id, topic, partition), body)
+    return Record(_OFFSET_COMMIT, offset_key(group_id, topic, partition), body)
 
 
 def registration_record(group_id: str, value: RegistrationValue | None) -> Record:

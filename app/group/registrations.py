@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from app.group.messages import AdminOutcome, AdminResult, Error
+from app.group.messages import NO_ERROR, AdminOutcome, AdminResult, Error
 from app.group.rebalance import Rebalancer
 from app.group.results import AdminDone, AppendFailure, LogOnly, Result, Write, group_write_error
-from app.group.state import Group, GroupState
+from app.group.state import DEAD, PREPARING_REBALANCE, Group
 from app.group.timers import TimerKey, TimerQueue, expansion_key
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Registrations:
                 AdminDone(group_id, handle, "unregistered", removed=dropped),
             )
         )
-        if group.is_(GroupState.PREPARING_REBALANCE):
+        if group.is_(PREPARING_REBALANCE):
             self.rebalancer.try_complete_join(group, now, out)
         return out
 
@@ -82,7 +82,7 @@ class Registrations:
         self, cont: AdminDone, failure: AppendFailure | None, now: int, out: Result
     ) -> None:
         if failure is None:
-            out.reply(cont.handle, AdminResult(Error.NONE, cont.what))
+            out.reply(cont.handle, AdminResult(NO_ERROR, cont.what))
             return
         group = self.groups.get(cont.group_id)
         if group is not None:  # undo the change: `added` removed, `removed` restored
@@ -126,7 +126,7 @@ class Registrations:
             return
         log.info("group %s: registered static members never joined: %s", group.group_id, dropped)
         self._close(group, out, dropped)
-        if group.is_(GroupState.PREPARING_REBALANCE):
+        if group.is_(PREPARING_REBALANCE):
             self.rebalancer.try_complete_join(group, now, out)
 
     def on_loaded(self, group: Group, out: Result) -> None:
@@ -176,6 +176,6 @@ def _registration_problem(
         again = sorted(i for i in instance_ids if i in group.registered)
         if again:
             return f"already registered for group {group.group_id!r}: {again}"
-        if group.is_(GroupState.DEAD):
+        if group.is_(DEAD):
             return f"group {group.group_id!r} is being deleted"
     return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
+from typing import Final
 
 
 class TimerKind(StrEnum):
@@ -24,11 +25,14 @@ class TimerKind(StrEnum):
 
 TimerKey = tuple[str, ...]
 
+# every session timer and commit reads this: not through 3.11's slow enum hook (state.py)
+_HEARTBEAT: Final = TimerKind.HEARTBEAT
+
 RETENTION_KEY: TimerKey = (TimerKind.RETENTION,)
 
 
 def heartbeat_key(group_id: str, member_id: str) -> TimerKey:
-    return (TimerKind.HEARTBEAT, group_id, member_id)
+    return (_HEARTBEAT, group_id, member_id)
 
 
 def pending_key(group_id: str, member_id: str) -> TimerKey:
@@ -77,7 +81,7 @@ class TimerQueue:
         # reschedule: a later deadline (every heartbeat's) pushes nothing; the old entry is
         # moved to the current deadline when it surfaces. One entry per member instead of one
         # per heartbeat within a session timeout (~15 at Kafka's defaults).
-        if key[0] == TimerKind.HEARTBEAT:
+        if key[0] == _HEARTBEAT:
             self.schedule_session(key[1], key[2], deadline)
             return
         current = self._other.get(key)
@@ -90,7 +94,7 @@ class TimerQueue:
         heap = self.heap
         lowered: set[str] = set()
         for key, deadline in timers:
-            if key[0] == TimerKind.HEARTBEAT:
+            if key[0] == _HEARTBEAT:
                 group_id = key[1]
                 self.sessions.setdefault(group_id, {})[key[2]] = deadline
                 bound = self.bounds.get(group_id)
@@ -102,7 +106,7 @@ class TimerQueue:
             self._other[key] = deadline
             if current is None or deadline < current:
                 heap.append((deadline, key))
-        heap.extend((self.bounds[g], (TimerKind.HEARTBEAT, g)) for g in lowered)
+        heap.extend((self.bounds[g], (_HEARTBEAT, g)) for g in lowered)
         heapq.heapify(heap)
 
     def schedule_session(self, group_id: str, member_id: str, deadline: int) -> None:
@@ -115,10 +119,10 @@ class TimerQueue:
         bound = self.bounds.get(group_id)
         if bound is None or deadline < bound:
             self.bounds[group_id] = deadline
-            heapq.heappush(self.heap, (deadline, (TimerKind.HEARTBEAT, group_id)))
+            heapq.heappush(self.heap, (deadline, (_HEARTBEAT, group_id)))
 
     def cancel(self, key: TimerKey) -> None:
-        if key[0] == TimerKind.HEARTBEAT:
+        if key[0] == _HEARTBEAT:
             members = self.sessions.get(key[1])
             if members is not None:
                 members.pop(key[2], None)
@@ -134,7 +138,7 @@ class TimerQueue:
         heap = self.heap
         while heap:
             deadline, key = heap[0]
-            if len(key) == 2 and key[0] == TimerKind.HEARTBEAT:
+            if len(key) == 2 and key[0] == _HEARTBEAT:
                 group_id = key[1]
                 if self.bounds.get(group_id) != deadline:
                     heapq.heappop(heap)  # superseded by a lower entry of the group
@@ -162,7 +166,7 @@ class TimerQueue:
         schedules meanwhile are seen too, and fire in this pass when already due."""
         while (first := self._surface()) is not None and first[0] <= now:
             key = first[1]
-            if len(key) == 2 and key[0] == TimerKind.HEARTBEAT:
+            if len(key) == 2 and key[0] == _HEARTBEAT:
                 yield from self._pop_sessions(key[1], now)
                 continue
             heapq.heappop(self.heap)
@@ -186,12 +190,12 @@ class TimerQueue:
             del members[member_id]
             if not members:
                 del self.sessions[group_id]
-            yield (TimerKind.HEARTBEAT, group_id, member_id)
+            yield (_HEARTBEAT, group_id, member_id)
         members = self.sessions.get(group_id, {})
         if members and group_id not in self.bounds:
             low = min(members.values())
             self.bounds[group_id] = low
-            heapq.heappush(self.heap, (low, (TimerKind.HEARTBEAT, group_id)))
+            heapq.heappush(self.heap, (low, (_HEARTBEAT, group_id)))
 
     def clear(self) -> None:
         self._other.clear()
@@ -209,7 +213,7 @@ class _Deadlines(Mapping[TimerKey, int]):
         self._queue = queue
 
     def __getitem__(self, key: TimerKey) -> int:
-        if len(key) == 3 and key[0] == TimerKind.HEARTBEAT:
+        if len(key) == 3 and key[0] == _HEARTBEAT:
             return self._queue.sessions[key[1]][key[2]]
         return self._queue._other[key]
 
@@ -217,7 +221,7 @@ class _Deadlines(Mapping[TimerKey, int]):
         yield from self._queue._other
         for group_id, members in list(self._queue.sessions.items()):
             for member_id in list(members):
-                yield (TimerKind.HEARTBEAT, group_id, member_id)
+                yield (_HEARTBEAT, group_id, member_id)
 
     def __len__(self) -> int:
         return len(self._queue._other) + sum(len(m) for m in self._queue.sessions.values())

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from app.group.messages import DescribedGroup, DescribedMember, Error, ListedGroup
-from app.group.state import Group, GroupState
+from app.group.messages import NO_ERROR, DescribedGroup, DescribedMember, ListedGroup
+from app.group.state import DEAD, STABLE, Group, GroupState
 
 
 class GroupSummary(NamedTuple):
@@ -84,7 +84,7 @@ def summaries(groups: Mapping[str, Group]) -> tuple[GroupSummary, ...]:
 def snapshot(groups: Mapping[str, Group], group_id: str) -> GroupView | None:
     """None for a group that does not exist or is being deleted (Dead)."""
     g = groups.get(group_id)
-    if g is None or g.is_(GroupState.DEAD):
+    if g is None or g.is_(DEAD):
         return None
     proto = g.protocol_name
     reg = g.registration
@@ -127,8 +127,8 @@ def snapshot(groups: Mapping[str, Group], group_id: str) -> GroupView | None:
 def describe_group(groups: Mapping[str, Group], group_id: str) -> DescribedGroup:
     group = groups.get(group_id)
     if group is None:
-        return DescribedGroup(group_id, Error.NONE, state=GroupState.DEAD.value)
-    stable = group.is_(GroupState.STABLE)
+        return DescribedGroup(group_id, NO_ERROR, state=DEAD.value)
+    stable = group.is_(STABLE)
     proto = group.protocol_name
     members = tuple(
         DescribedMember(
@@ -144,7 +144,7 @@ def describe_group(groups: Mapping[str, Group], group_id: str) -> DescribedGroup
     )
     return DescribedGroup(
         group_id,
-        Error.NONE,
+        NO_ERROR,
         state=group.state.value,
         protocol_type=group.protocol_type or "",
         protocol_data=(proto or "") if stable else "",
@@ -162,5 +162,5 @@ def list_groups(
     return [
         ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
         for g in groups.values()
-        if not g.is_(GroupState.DEAD) and (not states or g.state.value.lower() in states)
+        if not g.is_(DEAD) and (not states or g.state.value.lower() in states)
     ]

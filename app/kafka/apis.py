@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from kio.serial import entity_reader
 
-from app.group.messages import Error
+from app.group.messages import NO_ERROR, Error
 from app.kafka import cluster_apis as cl
 from app.kafka import group_apis as gr
 from app.kafka import offset_apis as of
@@ -112,7 +112,7 @@ def handle_api_versions(ctx: RequestContext, req: Any) -> HandlerResult:
         and _SOFTWARE_RE.fullmatch(req.client_software_version)
     ):
         return build(cls, error_code=Error.INVALID_REQUEST, api_keys=[])
-    return build(cls, error_code=Error.NONE, api_keys=_api_keys())
+    return build(cls, error_code=NO_ERROR, api_keys=_api_keys())
 
 
 def api_versions_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:

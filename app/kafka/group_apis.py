@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from app.group.messages import (
+    NO_ERROR,
     DeleteGroupResult,
     DescribedGroup,
     Error,
@@ -30,7 +31,7 @@ from app.group.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from app.group.state import GroupState
+from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
 from app.kafka.group_replies import join_group_body, sync_group_body
@@ -334,8 +335,8 @@ def encode_leave_group(resp: LeaveGroupResponse, version: int) -> Any:
     if version < 3:
         # protocol.md §7.3: v0-2 have no per-member errors; surface the first member failure
         error = resp.error
-        if error == Error.NONE:
-            error = next((m.error for m in resp.members if m.error != Error.NONE), Error.NONE)
+        if error == NO_ERROR:
+            error = next((m.error for m in resp.members if m.error != NO_ERROR), NO_ERROR)
         return build(cls, error_code=error)
     return build(
         cls,
@@ -370,7 +371,7 @@ def leave_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 
 def _describe_error(g: DescribedGroup, version: int) -> tuple[Error, str | None]:
     # v6 (KIP-1043) names a group that does not exist; before, it is a Dead group with no error
-    if version >= 6 and g.error == Error.NONE and g.state == GroupState.DEAD.value:
+    if version >= 6 and g.error == NO_ERROR and g.state == DEAD.value:
         return Error.GROUP_ID_NOT_FOUND, f"Group {g.group_id} not found."
     return g.error, None
 
@@ -404,7 +405,7 @@ def encode_describe_groups(
                 # v3+, when the request asks: what the principal may do on the group
                 "authorized_operations": (
                     operations(g.group_id)
-                    if operations is not None and g.error == Error.NONE
+                    if operations is not None and g.error == NO_ERROR
                     else INT32_MIN
                 ),
             }
@@ -476,7 +477,7 @@ def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
             for g in groups
             if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False)
         ]
-    error = Error.COORDINATOR_LOAD_IN_PROGRESS if loading else Error.NONE
+    error = Error.COORDINATOR_LOAD_IN_PROGRESS if loading else NO_ERROR
     resp = ListGroupsResponse(error, tuple(groups))
     return encode_list_groups(resp, ctx.api_version)
 

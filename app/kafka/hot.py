@@ -11,15 +11,14 @@ codec tests hold both paths to the same answers (tests/protocol/test_hot_heartbe
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Final, NamedTuple
 
 from app.group.messages import Error
 from app.kafka.codec import frame_response
-from app.kafka.group_apis import encode_heartbeat_body
+from app.kafka.group_apis import HEARTBEAT_MAX_VERSION, encode_heartbeat_body
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
-_SIZE_CORR: Final = struct.Struct(">ii")
 
 # group id, generation id, member id, group instance id
 HeartbeatFields = tuple[str, int, str, str | None]
@@ -127,18 +126,34 @@ class HeartbeatReader:
             self.memo[key] = (version, fields)
         return fields
 
-    def __len__(self) -> int:
-        return len(self.memo)
+
+# What a Heartbeat's answer is made of, per version and error: the frame's size prefix, the
+# bytes after the correlation id, and the request metric's key (a handful of entries). The
+# connection writes the three pieces around the request's own correlation id bytes: no packing,
+# no copy of a whole frame.
+class HeartbeatAnswer(NamedTuple):
+    size: bytes
+    tail: bytes
+    metric_key: tuple[str, int, Error]
 
 
-# (version, error) -> the reply frame after the size and correlation id; a handful of entries
-_REPLY_TAILS: dict[tuple[int, Error], bytes] = {}
+_ANSWERS: list[dict[Error, HeartbeatAnswer]] = [{} for _ in range(HEARTBEAT_MAX_VERSION + 1)]
+
+
+def heartbeat_answer(version: int, error: Error) -> HeartbeatAnswer:
+    """The pieces of `frame_response(encode_heartbeat_body(error, version))` (0 <= version
+    <= HEARTBEAT_MAX_VERSION) around its correlation id."""
+    answers = _ANSWERS[version]
+    answer = answers.get(error)
+    if answer is None:
+        whole = frame_response(0, version >= 4, encode_heartbeat_body(error, version))
+        answer = answers[error] = HeartbeatAnswer(
+            whole[:4], whole[8:], ("Heartbeat", version, error)
+        )
+    return answer
 
 
 def heartbeat_reply(correlation_id: int, version: int, error: Error) -> bytes:
-    """The whole reply frame: the bytes `frame_response(encode_heartbeat_body(...))` makes."""
-    tail = _REPLY_TAILS.get((version, error))
-    if tail is None:
-        whole = frame_response(0, version >= 4, encode_heartbeat_body(error, version))
-        tail = _REPLY_TAILS[(version, error)] = whole[8:]
-    return _SIZE_CORR.pack(len(tail) + 4, correlation_id) + tail
+    """The whole reply frame, from its pieces."""
+    answer = heartbeat_answer(version, error)
+    return answer.size + _I32.pack(correlation_id) + answer.tail

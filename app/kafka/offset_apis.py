@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from app.group.messages import (
+    NO_ERROR,
     DeleteGroupResult,
     Error,
     FetchedOffset,
@@ -215,11 +216,11 @@ def merge_offset_fetch(
     Topics the principal may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED where the request named
     them, left out of an all-partitions answer (Kafka's KafkaApis does both)."""
     if query.requested is None:
-        if resp.error != Error.NONE:
+        if resp.error != NO_ERROR:
             return resp
         kept = tuple(p for p in resp.partitions if describable(p.topic))
         return OffsetFetchResponse(resp.group_id, resp.error, kept)
-    if resp.error != Error.NONE:
+    if resp.error != NO_ERROR:
         # v0-1 carry the group error on every requested partition (no top-level field)
         parts = tuple(FetchedOffset(t, p, error=resp.error) for t, p in query.requested)
         return OffsetFetchResponse(resp.group_id, resp.error, parts)
@@ -239,7 +240,7 @@ def merge_offset_fetch(
 
 
 def _fetch_topics(resp: OffsetFetchResponse, version: int) -> list[dict[str, Any]]:
-    if resp.error != Error.NONE and version >= 8:
+    if resp.error != NO_ERROR and version >= 8:
         return []  # the error travels at group level
     # v2-v7: Kafka sends the group error at top level only; we also repeat it on each
     # requested partition, because aiokafka reads only those and would otherwise take a
@@ -374,7 +375,7 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> Any:
         return encode_offset_delete(resp.error, (), ctx.api_version)
     results.update({(r.topic, r.partition): r.error for r in resp.partitions})
     return encode_offset_delete(
-        Error.NONE, _delete_results_in_request_order(req, results), ctx.api_version
+        NO_ERROR, _delete_results_in_request_order(req, results), ctx.api_version
     )
 
 

@@ -35,7 +35,7 @@ from app.kafka.context import (
     resume,
 )
 from app.kafka.group_apis import HEARTBEAT, HEARTBEAT_MAX_VERSION, JOIN_GROUP, SYNC_GROUP
-from app.kafka.hot import HeartbeatFields, HeartbeatReader, heartbeat_reply
+from app.kafka.hot import HeartbeatFields, HeartbeatReader, heartbeat_answer
 from app.kafka.hot_group import (
     OffsetCommitWire,
     read_join_group,
@@ -122,7 +122,8 @@ class KafkaConnection(asyncio.Protocol):
         self._yielding = False  # served its share of this loop turn; the rest waits for the next
         self._shed = server.shedding  # the whole node sheds load (see KafkaServer._watch_lag)
         self._write_paused = False
-        # replies ready in one loop iteration leave in one write (one syscall, not one each)
+        # replies ready in one loop iteration leave in one write (one syscall, not one each);
+        # a Heartbeat reply is three pieces here (size, correlation id, rest)
         self._out: list[bytes] = []
         self._write_scheduled = False
         self._clock = (0, 0)  # (wall ms, monotonic ms) read once per batch of frames
@@ -222,7 +223,7 @@ class KafkaConnection(asyncio.Protocol):
                 else None
             )
             if seen is not None and not data[pos + 6] and seen[0] == data[pos + 7]:
-                self._heartbeat(seen[1], seen[0], _unpack_size(data, pos + 8)[0])
+                self._heartbeat(seen[1], seen[0], data[pos + 8 : pos + 12])
             else:
                 on_frame(data[pos + 4 : end])
             pos = end
@@ -323,7 +324,7 @@ class KafkaConnection(asyncio.Protocol):
         if api_key == HEARTBEAT and 0 <= version <= HEARTBEAT_MAX_VERSION:
             fields = self._heartbeats.read(frame, version)
             if fields is not None:
-                self._heartbeat(fields, version, correlation_id)
+                self._heartbeat(fields, version, frame[4:8])
                 return
         entry = self._table.get((api_key, version))
         if entry is None:
@@ -375,10 +376,11 @@ class KafkaConnection(asyncio.Protocol):
         if data:
             self._emit(data)
 
-    def _heartbeat(self, fields: HeartbeatFields, version: int, correlation_id: int) -> None:
+    def _heartbeat(self, fields: HeartbeatFields, version: int, correlation: bytes) -> None:
         """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and
         `_error_result` do, without a request context or kio, written out here (a call per
-        step was a third of a heartbeat's cost)."""
+        step was a third of a heartbeat's cost). `correlation`: the request's correlation id bytes,
+        which the reply repeats."""
         group_id, generation_id, member_id, instance_id = fields
         security = self._security
         if (
@@ -399,15 +401,19 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("Heartbeat v%d from %s failed", version, self._peer)
                 error = Error.UNKNOWN_SERVER_ERROR
+        answer = heartbeat_answer(version, error)
         counts = self._request_counts
         if counts is not None:
-            key = ("Heartbeat", version, error)
+            key = answer.metric_key
             counts[key] = counts.get(key, 0) + 1
-        reply = heartbeat_reply(correlation_id, version, error)
         if self._slots:
-            self._emit(reply)  # behind a reply still being computed
+            # behind a reply still being computed
+            self._emit(answer.size + correlation + answer.tail)
             return
-        self._out.append(reply)  # `_write`, inlined
+        out = self._out  # `_write`, inlined; `_write_out` joins the pieces
+        out.append(answer.size)
+        out.append(correlation)
+        out.append(answer.tail)
         if not self._write_scheduled:
             self._write_scheduled = True
             assert self._loop is not None

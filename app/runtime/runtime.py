@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from app.group.coordinator import GroupCoordinator
-from app.group.messages import Error
+from app.group.messages import NO_ERROR, Error
 from app.group.results import AppendFailure, Continuation, Reply, Result
 from app.runtime.placement import CACHED_ID_LENGTH, cached_partition_for, partition_for
 from app.service import CoordinatorError, GroupRead, GroupWrite
@@ -63,6 +63,9 @@ class PartitionState(StrEnum):
     LOADING = "loading"
     ACTIVE = "active"
     UNLOADED = "unloaded"
+
+
+ACTIVE: Final = PartitionState.ACTIVE  # not through 3.11's slow enum hook (app/group/state.py)
 
 
 @dataclass(eq=False)
@@ -206,10 +209,10 @@ class CoordinatorRuntime:
             if 0 < len(group_id) <= CACHED_ID_LENGTH
             else None
         )
-        if p is None or p.state is not PartitionState.ACTIVE or mono >= p.valid_until:
+        if p is None or p.state is not ACTIVE or mono >= p.valid_until:
             if not group_id:
                 raise CoordinatorError(Error.INVALID_GROUP_ID)
-            p = self.route(group_id, Error.NONE)
+            p = self.route(group_id, NO_ERROR)
         core = p.core
         if core is None:
             raise CoordinatorError(Error.NOT_COORDINATOR)
@@ -261,7 +264,11 @@ class CoordinatorRuntime:
             self._deliver(result.replies)
             return
         self.apply(p, result)
-        if failure is AppendFailure.NOT_OWNER and self.partitions.get(p.id) is p:
+        if (
+            failure is not None
+            and failure is AppendFailure.NOT_OWNER
+            and self.partitions.get(p.id) is p
+        ):
             self.drop(p, "fenced by a newer lease epoch")
 
     def _deliver(self, replies: list[tuple[int, Reply]]) -> None:
@@ -305,7 +312,7 @@ class CoordinatorRuntime:
     def activate(self, p: Partition, core: GroupCoordinator) -> None:
         """A load finished: serve `p` from `core` (protocol.md §10.3)."""
         p.core = core
-        p.state = PartitionState.ACTIVE
+        p.state = ACTIVE
         self.apply(p, core.on_loaded(now_ms()))
 
     def drop(self, p: Partition, why: str) -> None:

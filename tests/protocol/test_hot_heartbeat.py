@@ -67,7 +67,7 @@ def test_a_connections_reader_remembers_frames_within_its_bound() -> None:
     frame = frame_of(4, "g", 7, "m-1", "i-1", "client")
     again = frame[:4] + struct.pack(">i", 99) + frame[8:]  # another correlation id
     assert reader.read(frame, 4) == reader.read(again, 4) == ("g", 7, "m-1", "i-1")
-    assert len(reader) == 1
+    assert len(reader.memo) == 1
     # the next generation is new bytes: read, not taken for the old one
     assert reader.read(frame_of(4, "g", 8, "m-1", "i-1", "client"), 4) == ("g", 8, "m-1", "i-1")
     # the same bytes under another version are read as that version (v3's strings differ)
@@ -77,13 +77,13 @@ def test_a_connections_reader_remembers_frames_within_its_bound() -> None:
     for m in range(5 * MEMO_FRAMES):
         fields = reader.read(frame_of(4, "g", 7, f"m-{m}", None, "client"), 4)
         assert fields == ("g", 7, f"m-{m}", None)
-        assert len(reader) <= MEMO_FRAMES
+        assert len(reader.memo) <= MEMO_FRAMES
     # large frames are read every time, never kept; frames the reader refuses are not kept
     big = frame_of(4, "g" * 126, 7, "m" * 126, "i" * 126, "c" * MEMO_FRAME_BYTES)
-    before = len(reader)
+    before = len(reader.memo)
     assert reader.read(big, 4) == ("g" * 126, 7, "m" * 126, "i" * 126)
     assert reader.read(frame + b"\0", 4) is None  # a trailing byte
-    assert len(reader) == before
+    assert len(reader.memo) == before
 
 
 @pytest.mark.parametrize("version", range(5))
