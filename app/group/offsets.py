@@ -58,34 +58,25 @@ class Offsets:
 
     def offset_commit(self, handle: int, req: OffsetCommitRequest, now: int) -> Result:
         out = Result()
-
-        def fail_all(error: Error) -> Result:
-            out.reply(
-                handle,
-                OffsetCommitResponse(
-                    tuple(PartitionResult(p.topic, p.partition, error) for p in req.partitions)
-                ),
-            )
-            return out
-
         group = self.groups.get(req.group_id)
         if group is None:
             if req.generation_id >= 0:
-                return fail_all(
+                return _fail_all(
+                    out,
+                    handle,
+                    req,
                     Error.GROUP_ID_NOT_FOUND
                     if req.unknown_group_not_found
-                    else Error.ILLEGAL_GENERATION
+                    else Error.ILLEGAL_GENERATION,
                 )
             group = Group(req.group_id, state_timestamp=now)  # a "simple" group
             self.groups[req.group_id] = group
         error = _commit_error(group, req)
         if error is not NO_ERROR:
-            return fail_all(error)
+            return _fail_all(out, handle, req, error)
         member = group.members.get(req.member_id)
-        if member is not None and group.state in (
-            STABLE,
-            PREPARING_REBALANCE,
-        ):
+        state = group.state
+        if member is not None and (state is STABLE or state is PREPARING_REBALANCE):
             deadline = now + member.session_timeout_ms
             self.queue.schedule(heartbeat_key(group.group_id, member.member_id), deadline)
         results: list[PartitionResult] = []
@@ -316,6 +307,16 @@ class Offsets:
             self.groups.pop(cont.group_id, None)
         if cont.handle is not None:
             out.reply(cont.handle, DeleteGroupResult(cont.group_id, NO_ERROR))
+
+
+def _fail_all(out: Result, handle: int, req: OffsetCommitRequest, error: Error) -> Result:
+    out.reply(
+        handle,
+        OffsetCommitResponse(
+            tuple(PartitionResult(p.topic, p.partition, error) for p in req.partitions)
+        ),
+    )
+    return out
 
 
 def _commit_error(group: Group, req: OffsetCommitRequest) -> Error:

@@ -35,7 +35,7 @@ from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
 from app.kafka.group_replies import join_group_body, sync_group_body
-from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
 from app.service import CoordinatorError
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def require_group_id(group_id: str) -> None:
 def authorize_group(ctx: RequestContext, op: AclOperation, group_id: str) -> None:
     """Kafka's check before a group request reaches the coordinator: GROUP_AUTHORIZATION_FAILED
     in the API's own error shape when the principal may not do `op` on the group."""
-    if not ctx.allowed(op, ResourceType.GROUP, group_id):
+    if not ctx.allowed(op, RESOURCE_GROUP, group_id):
         raise CoordinatorError(Error.GROUP_AUTHORIZATION_FAILED)
 
 
@@ -210,7 +210,7 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
         if isinstance(req, JoinGroupRequest)
         else decode_join_group(req, ctx.client_id, ctx.client_host)
     )
-    authorize_group(ctx, AclOperation.READ, internal.group_id)
+    authorize_group(ctx, OP_READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "JoinGroup",
@@ -256,7 +256,7 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
         return encode_sync_group(
             SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL), ctx.api_version
         )
-    authorize_group(ctx, AclOperation.READ, internal.group_id)
+    authorize_group(ctx, OP_READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "SyncGroup",
@@ -298,7 +298,7 @@ def decode_heartbeat(req: Any) -> HeartbeatRequest:
 
 def handle_heartbeat(ctx: RequestContext, req: Any) -> bytes:
     internal = decode_heartbeat(req)
-    authorize_group(ctx, AclOperation.READ, internal.group_id)
+    authorize_group(ctx, OP_READ, internal.group_id)
     error = ctx.service.heartbeat(
         internal.group_id, internal.generation_id, internal.member_id, internal.group_instance_id
     )
@@ -354,7 +354,7 @@ def encode_leave_group(resp: LeaveGroupResponse, version: int) -> Any:
 
 async def handle_leave_group(ctx: RequestContext, req: Any) -> Any:
     internal = decode_leave_group(req)
-    authorize_group(ctx, AclOperation.READ, internal.group_id)
+    authorize_group(ctx, OP_READ, internal.group_id)
     require_group_id(internal.group_id)
     resp = await ctx.service.schedule_write(
         "LeaveGroup", internal.group_id, lambda core, h, now: core.leave_group(h, internal, now)

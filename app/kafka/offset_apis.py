@@ -26,7 +26,7 @@ from app.kafka.context import Api, RequestContext
 from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
 from app.kafka.group_replies import offset_commit_body
 from app.kafka.hot_group import OffsetCommitWire
-from app.security.acl import AclOperation, ResourceType
+from app.security.acl import OP_READ, RESOURCE_TOPIC, AclOperation, ResourceType
 from app.service import CoordinatorError
 
 if TYPE_CHECKING:
@@ -135,11 +135,11 @@ def _commit_results_in_request_order(
 
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     wire = _as_wire(req)
-    authorize_group(ctx, AclOperation.READ, wire.group_id)
+    authorize_group(ctx, OP_READ, wire.group_id)
     internal, refused = decode_offset_commit(
         wire,
         ctx.service.topics,
-        lambda topic: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, topic),
+        lambda topic: ctx.allowed(OP_READ, RESOURCE_TOPIC, topic),
     )
     results = {(r.topic, r.partition): r.error for r in refused}
     if internal.partitions:

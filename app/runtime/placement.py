@@ -21,6 +21,10 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+# ids up to this many characters have their partition cached (see `partition_for`)
+CACHED_ID_LENGTH = 256
+
+
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's placement: abs(hashCode) % partitions, abs(INT_MIN) taken as 0.
 
@@ -38,7 +42,6 @@ def _partition_for(group_id: str, partitions: int) -> int:
 
 
 # `partition_for` of ids up to CACHED_ID_LENGTH characters, for callers that checked the length
-CACHED_ID_LENGTH = 256
 cached_partition_for = functools.lru_cache(maxsize=1 << 16)(_partition_for)
 
 

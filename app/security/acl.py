@@ -66,6 +66,12 @@ WILDCARD: Final = "*"
 WILDCARD_PRINCIPAL: Final = "User:*"
 CLUSTER_NAME: Final = "kafka-cluster"  # the one CLUSTER resource's name
 
+# The members every group request's check names: Python 3.11's EnumType.__getattr__ makes
+# each `AclOperation.READ` a slow lookup (see app/group/state.py).
+OP_READ: Final = AclOperation.READ
+RESOURCE_GROUP: Final = ResourceType.GROUP
+RESOURCE_TOPIC: Final = ResourceType.TOPIC
+
 Op = AclOperation
 
 # What each resource type supports (authorized_operations reports a subset of these)

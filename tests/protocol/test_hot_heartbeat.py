@@ -21,6 +21,7 @@ from app.kafka.hot import (
     heartbeat_reply,
     read_heartbeat,
 )
+from app.runtime.placement import CACHED_ID_LENGTH
 from membership.wire import encode_request
 from tests.protocol.groups import stable_group
 from tests.runtime.node_fixture import RunningNode
@@ -178,3 +179,17 @@ async def test_remembered_frames_are_answered_from_the_groups_state_now(
 def _error_of(reply: bytes) -> int:
     """A Heartbeat v4 reply after its correlation id: header tags (1), throttle (4), error."""
     return int(struct.unpack_from(">h", reply, 5)[0])
+
+
+@pytest.mark.parametrize("length", [CACHED_ID_LENGTH + 1, 4096])
+async def test_heartbeats_of_group_ids_past_the_routing_cache_take_the_full_route(
+    client: KafkaTestClient, length: int
+) -> None:
+    """Ids longer than the placement cache holds (up to COORD_MAX_GROUP_ID_LENGTH) are routed
+    by `route()` itself: the group works, and its errors are still precise."""
+    group = "L" * length
+    member, gen = await stable_group(client, group)
+    for version in (0, 4):  # v0: the hot reader; v4: a two-byte compact length, the generic one
+        assert (await client.heartbeat(group, gen, member, version=version)).error_code == 0
+    assert (await client.heartbeat(group, gen + 1, member)).error_code == (Error.ILLEGAL_GENERATION)
+    assert (await client.heartbeat(group, gen, "stranger")).error_code == Error.UNKNOWN_MEMBER_ID
