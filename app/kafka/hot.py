@@ -151,9 +151,3 @@ def heartbeat_answer(version: int, error: Error) -> HeartbeatAnswer:
             whole[:4], whole[8:], ("Heartbeat", version, error)
         )
     return answer
-
-
-def heartbeat_reply(correlation_id: int, version: int, error: Error) -> bytes:
-    """The whole reply frame, from its pieces."""
-    answer = heartbeat_answer(version, error)
-    return answer.size + _I32.pack(correlation_id) + answer.tail
