@@ -52,6 +52,18 @@ def decode_listeners(value: str | None) -> dict[str, tuple[str, int]]:
     return out
 
 
+def random_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
+
+    Like Kafka's `Uuid.randomUuid()`, never one that starts with "-": Kafka's command-line
+    tools (`kafka-storage format --cluster-id`) would read it as an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class Cluster:
     """EventLog's node and cluster-meta operations."""
 
@@ -153,7 +165,7 @@ class Cluster:
     async def ensure_cluster_id(self) -> str:
         """The cluster's id, made on first use as Kafka makes one (16 random bytes, URL-safe
         base64 without padding: 22 characters) and the same for every node of the store."""
-        fresh = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        fresh = random_cluster_id()
         async with self._db.write() as conn:
             await conn.execute(
                 self._db.insert(cluster_meta)

@@ -23,9 +23,9 @@ import socket
 import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
+from storage.cluster import random_cluster_id
 from tests.support.nodes import ROOT, die_with_parent
 from tests.support.ports import free_port
 
@@ -129,7 +129,12 @@ class KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.config().items()))
         fmt = _java(
-            "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(self.config_path)
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            random_cluster_id(),
+            "-c",
+            str(self.config_path),
         )
         r = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
@@ -211,13 +216,6 @@ def _wait_topic(bootstrap: str, name: str, timeout: float = 30.0) -> None:
             return
         time.sleep(0.2)
     raise BrokerUnavailable(f"topic {name} has no leaders after {timeout}s")
-
-
-def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def port_open(address: tuple[str, int]) -> bool:
