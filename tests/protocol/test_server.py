@@ -4,6 +4,7 @@ long polls, shutdown."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import struct
 import time
@@ -364,6 +365,33 @@ async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() ->
             fut.cancel()
             result, exc = await done
             assert result is None and isinstance(exc, asyncio.CancelledError)
+
+
+async def test_parked_requests_are_freed_without_the_cyclic_collector(
+    client: KafkaTestClient,
+) -> None:
+    """A commit waits for its write (the handler parks) and is then freed by reference
+    counting alone: a reference cycle per parked request left the cyclic collector 13% of
+    the loop's time under a commit load."""
+    from app.kafka.context import RequestContext
+
+    member, gen = await stable_group(client, "no-cycles")
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage
+    try:
+        for offset in range(20):
+            resp = await client.offset_commit(
+                "no-cycles", {("t1", 0): offset}, generation_id=gen, member_id=member
+            )
+            assert resp.topics[0].partitions[0].error_code == Error.NONE
+        gc.collect()
+        in_cycles = [o for o in gc.garbage if isinstance(o, RequestContext)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert in_cycles == []
 
 
 # --- load shedding -----------------------------------------------------------------------------
