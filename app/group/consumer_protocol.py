@@ -7,10 +7,11 @@ the admin views. Newer versions only append fields, so the highest known layout 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from app.group.immutable import immutable
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Subscription:
     version: int
     topics: tuple[str, ...]
@@ -20,7 +21,7 @@ class Subscription:
     rack_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class Assignment:
     version: int
     partitions: tuple[tuple[str, tuple[int, ...]], ...]

@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum, IntEnum
 from typing import Final
+
+from app.group.immutable import immutable
 
 
 class Error(IntEnum):
@@ -58,7 +60,7 @@ NO_ERROR: Final = Error.NONE
 # --- JoinGroup -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class JoinGroupRequest:
     group_id: str
     member_id: str
@@ -74,14 +76,14 @@ class JoinGroupRequest:
     supports_skip_assignment: bool = False  # v9+ (KIP-814)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class JoinGroupMember:
     member_id: str
     group_instance_id: str | None
     metadata: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class JoinGroupResponse:
     error: Error
     generation_id: int = -1
@@ -96,7 +98,7 @@ class JoinGroupResponse:
 # --- SyncGroup -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class SyncGroupRequest:
     group_id: str
     generation_id: int
@@ -107,7 +109,7 @@ class SyncGroupRequest:
     assignments: tuple[tuple[str, bytes], ...] = ()  # (member_id, assignment), leader only
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class SyncGroupResponse:
     error: Error
     protocol_type: str | None = None
@@ -118,7 +120,7 @@ class SyncGroupResponse:
 # --- Heartbeat -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class HeartbeatRequest:
     group_id: str
     generation_id: int
@@ -126,7 +128,7 @@ class HeartbeatRequest:
     group_instance_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class HeartbeatResponse:
     error: Error
 
@@ -134,27 +136,27 @@ class HeartbeatResponse:
 # --- LeaveGroup ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class LeaveMember:
     member_id: str
     group_instance_id: str | None = None
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class LeaveGroupRequest:
     group_id: str
     members: tuple[LeaveMember, ...]  # v0-v2: one element
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class LeaveMemberResponse:
     member_id: str
     group_instance_id: str | None
     error: Error
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class LeaveGroupResponse:
     error: Error
     members: tuple[LeaveMemberResponse, ...] = ()
@@ -163,7 +165,7 @@ class LeaveGroupResponse:
 # --- OffsetCommit ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetCommitPartition:
     topic: str
     partition: int
@@ -172,7 +174,7 @@ class OffsetCommitPartition:
     metadata: str | None = ""
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetCommitRequest:
     group_id: str
     generation_id: int  # -1: commit without group membership (simple/admin commit)
@@ -184,14 +186,14 @@ class OffsetCommitRequest:
     unknown_group_not_found: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class PartitionResult:
     topic: str
     partition: int
     error: Error
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetCommitResponse:
     partitions: tuple[PartitionResult, ...]
 
@@ -199,14 +201,14 @@ class OffsetCommitResponse:
 # --- OffsetFetch -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetFetchRequest:
     group_id: str
     partitions: tuple[tuple[str, int], ...] | None  # None = every committed partition (v2+)
     require_stable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class FetchedOffset:
     topic: str
     partition: int
@@ -216,7 +218,7 @@ class FetchedOffset:
     error: Error = Error.NONE
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetFetchResponse:
     group_id: str
     error: Error
@@ -226,7 +228,7 @@ class OffsetFetchResponse:
 # --- OffsetDelete ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetDeleteRequest:
     """Delete committed offsets of a group (OffsetDelete, API 47). The core answers an
     `OffsetCommitResponse` (one result per partition, GROUP_SUBSCRIBED_TO_TOPIC where a member
@@ -240,7 +242,7 @@ class OffsetDeleteRequest:
 # --- DescribeGroups / ListGroups / DeleteGroups ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class DescribedMember:
     member_id: str
     group_instance_id: str | None
@@ -250,7 +252,7 @@ class DescribedMember:
     assignment: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class DescribedGroup:
     group_id: str
     error: Error
@@ -260,7 +262,7 @@ class DescribedGroup:
     members: tuple[DescribedMember, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class ListedGroup:
     group_id: str
     protocol_type: str
@@ -268,19 +270,19 @@ class ListedGroup:
     group_type: str = "classic"
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class ListGroupsRequest:
     states_filter: tuple[str, ...] = ()
     types_filter: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class ListGroupsResponse:
     error: Error
     groups: tuple[ListedGroup, ...] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class DeleteGroupResult:
     group_id: str
     error: Error
@@ -300,7 +302,7 @@ class AdminOutcome(Enum):
     NOT_WRITTEN = "not_written"  # the append failed: retriable
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class AdminResult:
     error: Error  # the Kafka error an equivalent Kafka request would get
     message: str = ""

@@ -8,9 +8,10 @@ decodes the fields it knows for the version it finds and ignores trailing bytes 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, NamedTuple
+
+from app.group.immutable import immutable
 
 
 class RecordType(IntEnum):
@@ -161,7 +162,7 @@ def decode_topic_key(key: bytes) -> str:
 # --- values --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class MemberValue:
     member_id: str
     group_instance_id: str | None
@@ -173,7 +174,7 @@ class MemberValue:
     assignment: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class GroupMetadataValue:
     protocol_type: str  # "" = none
     generation: int
@@ -242,7 +243,7 @@ OFFSET_SOURCE_MEMBER = 0  # a group member, or anyone committing while the group
 OFFSET_SOURCE_RESET = 1
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetValue:
     offset: int
     leader_epoch: int  # -1 = none
@@ -281,7 +282,7 @@ def decode_offset_value(buf: bytes) -> OffsetValue:
     return OffsetValue(offset, epoch, metadata, committed, expires, source)
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class TopicValue:
     partitions: int
 
@@ -299,7 +300,7 @@ def decode_topic_value(buf: bytes) -> TopicValue:
     return TopicValue(r.i32())
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class RegistrationValue:
     """Static members expected to join (addMembersToGroup). An empty `expected` closes the
     registration; `dropped` then names the instances that never arrived in time."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from app.group.immutable import immutable
 from app.group.messages import (
     AdminResult,
     DeleteGroupResult,
@@ -60,7 +61,7 @@ def offset_write_error(f: AppendFailure) -> Error:
 # --- continuations: what to do once a write is durable (or failed) ---------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class StaticReplaceDone:
     group_id: str
     handle: int
@@ -75,14 +76,14 @@ class StaticReplaceDone:
     supports_skip_assignment: bool
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class SyncDone:
     group_id: str
     generation: int
     assignments: dict[str, bytes]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetsDone:
     group_id: str
     handle: int | None  # None: an admin/internal commit nobody waits on
@@ -91,7 +92,7 @@ class OffsetsDone:
     records: tuple[Record, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class TombstonesDone:
     """DeleteGroups or retention expiry: replay the tombstones, then drop a dead group."""
 
@@ -104,12 +105,12 @@ class TombstonesDone:
     state_timestamp_before: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class LogOnly:
     what: str
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class AdminDone:
     """A registration change; on failure it is undone (`added` removed, `removed` restored)."""
 

@@ -20,9 +20,9 @@ auto-commit, one per batch with manual commits); it is read into `OffsetCommitWi
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Final
 
+from app.group.immutable import immutable
 from app.group.messages import JoinGroupRequest, SyncGroupRequest
 
 _I16: Final = struct.Struct(">h")
@@ -36,7 +36,7 @@ _I32_I64_I32: Final = struct.Struct(">iqi")
 CommittedPartition = tuple[int, int, int, str | None]
 
 
-@dataclass(frozen=True, slots=True)
+@immutable
 class OffsetCommitWire:
     """An OffsetCommit (v2-9) as the client sent it, before the edge's checks (authorization,
     known partitions): read by `read_offset_commit`, or made from kio's entity by
