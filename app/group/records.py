@@ -36,6 +36,7 @@ class Record(NamedTuple):
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_I16_I32 = struct.Struct(">hi")
 
 
 class _Writer:
@@ -136,7 +137,13 @@ def group_key(group_id: str) -> bytes:
 
 
 def offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return _Writer().i16(KEY_VERSION).str_(group_id).str_(topic).i32(partition).done()
+    # written out (one per commit): the bytes of _Writer().i16(KEY_VERSION).str_(group_id)
+    # .str_(topic).i32(partition).done(), which cost a call per field
+    g = group_id.encode()
+    t = topic.encode()
+    return b"".join(
+        (_I16_I32.pack(KEY_VERSION, len(g)), g, _I32.pack(len(t)), t, _I32.pack(partition))
+    )
 
 
 def topic_key(name: str) -> bytes:
@@ -150,9 +157,30 @@ def decode_group_key(key: bytes) -> str:
 
 
 def decode_offset_key(key: bytes) -> tuple[str, str, int]:
-    r = _Reader(key)
-    r.i16()
-    return r.req_str(), r.req_str(), r.i32()
+    # written out (one per commit, and per offset record of a load): what _Reader's i16(),
+    # req_str(), req_str(), i32() read, with the same errors
+    (n,) = _I32.unpack_from(key, 2)
+    pos = 6
+    if n < 0:
+        group_id = ""
+    else:
+        end = pos + n
+        if end > len(key):
+            raise ValueError("truncated record")
+        group_id = key[pos:end].decode()
+        pos = end
+    (n,) = _I32.unpack_from(key, pos)
+    pos += 4
+    if n < 0:
+        topic = ""
+    else:
+        end = pos + n
+        if end > len(key):
+            raise ValueError("truncated record")
+        topic = key[pos:end].decode()
+        pos = end
+    (partition,) = _I32.unpack_from(key, pos)
+    return group_id, topic, int(partition)
 
 
 def decode_topic_key(key: bytes) -> str:
@@ -256,18 +284,21 @@ class OffsetValue:
 OFFSET_VALUE_VERSION = 1  # the highest version; each value is written in the lowest that holds it
 
 
-def encode_offset_value(v: OffsetValue) -> bytes:
-    # members' commits (the hot path) stay v0, byte for byte; only resets need v1
-    version = 0 if v.source == OFFSET_SOURCE_MEMBER else 1
-    w = _Writer().i16(version).i64(v.offset).i32(v.leader_epoch)
-    w.str_(v.metadata).i64(v.commit_timestamp).i64(v.expire_timestamp)
-    if version >= 1:
-        w.i16(v.source)
-    return w.done()
-
-
 _OFFSET_HEAD = struct.Struct(">hqii")  # version, offset, leader epoch, metadata length
 _OFFSET_TIMES = struct.Struct(">qq")  # commit and expire timestamps
+
+
+def encode_offset_value(v: OffsetValue) -> bytes:
+    """version, offset, leader epoch, metadata, commit and expire timestamps, then (v1) the
+    source: one struct call per fixed run of fields (one value per commit)."""
+    # members' commits (the hot path) stay v0, byte for byte; only resets need v1
+    version = 0 if v.source == OFFSET_SOURCE_MEMBER else 1
+    metadata = v.metadata.encode()
+    head = _OFFSET_HEAD.pack(version, v.offset, v.leader_epoch, len(metadata))
+    times = _OFFSET_TIMES.pack(v.commit_timestamp, v.expire_timestamp)
+    if version == 0:
+        return head + metadata + times
+    return b"".join((head, metadata, times, _I16.pack(v.source)))
 
 
 def decode_offset_value(buf: bytes) -> OffsetValue:
