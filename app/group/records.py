@@ -159,28 +159,22 @@ def decode_group_key(key: bytes) -> str:
 def decode_offset_key(key: bytes) -> tuple[str, str, int]:
     # written out (one per commit, and per offset record of a load): what _Reader's i16(),
     # req_str(), req_str(), i32() read, with the same errors
-    (n,) = _I32.unpack_from(key, 2)
-    pos = 6
-    if n < 0:
-        group_id = ""
-    else:
-        end = pos + n
-        if end > len(key):
-            raise ValueError("truncated record")
-        group_id = key[pos:end].decode()
-        pos = end
+    group_id, pos = _key_string(key, 2)
+    topic, pos = _key_string(key, pos)
+    (partition,) = _I32.unpack_from(key, pos)
+    return group_id, topic, int(partition)
+
+
+def _key_string(key: bytes, pos: int) -> tuple[str, int]:
+    """The length-prefixed string at `pos` ("" for null) and the position after it."""
     (n,) = _I32.unpack_from(key, pos)
     pos += 4
     if n < 0:
-        topic = ""
-    else:
-        end = pos + n
-        if end > len(key):
-            raise ValueError("truncated record")
-        topic = key[pos:end].decode()
-        pos = end
-    (partition,) = _I32.unpack_from(key, pos)
-    return group_id, topic, int(partition)
+        return "", pos
+    end = pos + n
+    if end > len(key):
+        raise ValueError("truncated record")
+    return key[pos:end].decode(), end
 
 
 def decode_topic_key(key: bytes) -> str:
