@@ -9,7 +9,7 @@ not served here now. So adding an API is one handler at the edge and one in the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -94,14 +94,14 @@ class CoordinatorService(Protocol):
 
     def find_coordinator(self, key: str, key_type: int) -> CoordinatorLookup: ...
 
-    async def schedule_write(
+    def schedule_write(
         self,
         name: str,
         group_id: str,
         op: GroupWrite,
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
         creates_group: bool = False,
-    ) -> Any: ...
+    ) -> Awaitable[Any]: ...
 
     def schedule_read(
         self,

@@ -104,7 +104,8 @@ class CoordinatorRuntime:
         self._handles = itertools.count(1)
         # cached: on Python 3.11 each asyncio.get_running_loop() costs a getpid() syscall
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        # handle -> (the waiting request's future, its operation's histogram, start time)
+        self._waiting: dict[int, tuple[asyncio.Future[Any], Any, float]] = {}
         self._op_seconds = op_seconds or {}  # operation name -> latency histogram
         self.retired_rebalances: dict[str, int] = {}  # counts of unloaded partitions
         self.lease_changes = 0
@@ -139,17 +140,19 @@ class CoordinatorRuntime:
             raise CoordinatorError(Error.NOT_COORDINATOR)
         return p
 
-    async def schedule_write(
+    def schedule_write(
         self,
         name: str,
         group_id: str,
         op: GroupWrite,
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
         creates_group: bool = False,
-    ) -> Any:
-        """Run `op` on the group's core now; await the reply it (or its write) releases.
-        `creates_group`: the operation makes an unknown group, which the node's bound on
-        groups may refuse (COORD_MAX_GROUPS)."""
+    ) -> asyncio.Future[Any]:
+        """Run `op` on the group's core now; the future of the reply it (or its write)
+        releases, for the caller to await. Route errors raise here. A plain function, not a
+        coroutine: a second coroutine level under every parked request (each commit, each
+        JoinGroup and SyncGroup) cost ~0.7 us. `creates_group`: the operation makes an
+        unknown group, which the node's bound on groups may refuse (COORD_MAX_GROUPS)."""
         p = self.route(group_id, loading_error)
         core = p.core
         assert core is not None
@@ -163,18 +166,13 @@ class CoordinatorRuntime:
         loop = self._loop or asyncio.get_running_loop()
         handle = next(self._handles)
         fut: asyncio.Future[Any] = loop.create_future()
-        self._waiting[handle] = fut
-        histogram = self._op_seconds.get(name)
-        started = time.perf_counter()
+        self._waiting[handle] = (fut, self._op_seconds.get(name), time.perf_counter())
         try:
             self.apply(p, op(core, handle, now_ms()))
         except BaseException:
             self._waiting.pop(handle, None)
             raise
-        reply = await fut
-        if histogram is not None:
-            histogram.observe(time.perf_counter() - started)
-        return reply
+        return fut
 
     def schedule_read(
         self,
@@ -273,9 +271,13 @@ class CoordinatorRuntime:
 
     def _deliver(self, replies: list[tuple[int, Reply]]) -> None:
         for handle, response in replies:
-            fut = self._waiting.pop(handle, None)
-            if fut is not None and not fut.done():
-                fut.set_result(response)
+            waiting = self._waiting.pop(handle, None)
+            if waiting is not None:
+                fut, histogram, started = waiting
+                if not fut.done():
+                    fut.set_result(response)
+                if histogram is not None:  # the operation's latency: scheduled -> answered
+                    histogram.observe(time.perf_counter() - started)
 
     def arm(self, p: Partition) -> None:
         if p.core is None:
