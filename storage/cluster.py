@@ -163,8 +163,8 @@ class Cluster:
         return n
 
     async def ensure_cluster_id(self) -> str:
-        """The cluster's id, made on first use as Kafka makes one (16 random bytes, URL-safe
-        base64 without padding: 22 characters) and the same for every node of the store."""
+        """The cluster's id, made on first use (`random_cluster_id`) and the same for every
+        node of the store."""
         fresh = random_cluster_id()
         async with self._db.write() as conn:
             await conn.execute(

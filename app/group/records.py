@@ -162,7 +162,7 @@ def decode_offset_key(key: bytes) -> tuple[str, str, int]:
     group_id, pos = _key_string(key, 2)
     topic, pos = _key_string(key, pos)
     (partition,) = _I32.unpack_from(key, pos)
-    return group_id, topic, int(partition)
+    return group_id, topic, partition
 
 
 def _key_string(key: bytes, pos: int) -> tuple[str, int]:
