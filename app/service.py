@@ -9,7 +9,8 @@ not served here now. So adding an API is one handler at the edge and one in the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -101,7 +102,7 @@ class CoordinatorService(Protocol):
         op: GroupWrite,
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
         creates_group: bool = False,
-    ) -> Awaitable[Any]: ...
+    ) -> asyncio.Future[Any]: ...
 
     def schedule_read(
         self,

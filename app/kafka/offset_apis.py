@@ -4,6 +4,7 @@ the internal types of `app.group.messages`, in the shape of `group_apis.py` (pro
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from app.kafka.group_apis import authorize_group, in_slices, read_or, require_gr
 from app.kafka.group_replies import offset_commit_body
 from app.kafka.hot_group import OffsetCommitWire
 from app.security.acl import OP_READ, RESOURCE_TOPIC, AclOperation, ResourceType
-from app.service import CoordinatorError
+from app.service import CoordinatorError, CoordinatorService
 
 if TYPE_CHECKING:
     from app.group.coordinator import GroupCoordinator
@@ -133,29 +134,74 @@ def _commit_results_in_request_order(
     ]
 
 
+class OffsetCommitCall:
+    """One OffsetCommit from the edge's checks to its reply, for both ways of serving it:
+    `handle_offset_commit` awaits `future`, and the connection's path for commits without ACLs
+    (app/kafka/server.py) registers a callback on it. Constructing it schedules the write;
+    `future` is None when nothing reached the core (every partition refused at the edge, or
+    the group not served here)."""
+
+    __slots__ = ("future", "partitions", "results", "wire")
+
+    def __init__(
+        self,
+        service: CoordinatorService,
+        wire: OffsetCommitWire,
+        readable: Callable[[str], bool] = _everything,
+    ) -> None:
+        internal, refused = decode_offset_commit(wire, service.topics, readable)
+        self.wire = wire
+        self.results = {(r.topic, r.partition): r.error for r in refused}
+        self.partitions = internal.partitions
+        self.future: asyncio.Future[Any] | None = None
+        if internal.partitions:
+            try:
+                self.future = service.schedule_write(
+                    "OffsetCommit",
+                    internal.group_id,
+                    lambda core, h, now: core.offset_commit(h, internal, now),
+                    creates_group=True,
+                )
+            except CoordinatorError as e:
+                self.failed(e.error)
+
+    def failed(self, error: Error) -> None:
+        """The group's error for every partition that reached the core; partitions refused at
+        the edge keep their own."""
+        self.results.update({(p.topic, p.partition): error for p in self.partitions})
+
+    def answered(self, resp: Any) -> None:
+        self.results.update({(r.topic, r.partition): r.error for r in resp.partitions})
+
+    def settle(self, fut: asyncio.Future[Any]) -> None:
+        """`future`'s outcome, as awaiting it in `handle_offset_commit` takes it: a
+        CoordinatorError answers every partition with its error; any other exception (or the
+        cancellation) is raised, for the caller's UNKNOWN_SERVER_ERROR reply."""
+        exc = fut.exception()
+        if exc is None:
+            self.answered(fut.result())
+        elif isinstance(exc, CoordinatorError):
+            self.failed(exc.error)
+        else:
+            raise exc
+
+    def reply(self, version: int) -> bytes:
+        results = _commit_results_in_request_order(self.wire, self.results)
+        return encode_offset_commit(results, version)
+
+
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     wire = _as_wire(req)
     authorize_group(ctx, OP_READ, wire.group_id)
-    internal, refused = decode_offset_commit(
-        wire,
-        ctx.service.topics,
-        lambda topic: ctx.allowed(OP_READ, RESOURCE_TOPIC, topic),
+    call = OffsetCommitCall(
+        ctx.service, wire, lambda topic: ctx.allowed(OP_READ, RESOURCE_TOPIC, topic)
     )
-    results = {(r.topic, r.partition): r.error for r in refused}
-    if internal.partitions:
+    if call.future is not None:
         try:
-            resp = await ctx.service.schedule_write(
-                "OffsetCommit",
-                internal.group_id,
-                lambda core, h, now: core.offset_commit(h, internal, now),
-                creates_group=True,
-            )
+            call.answered(await call.future)
         except CoordinatorError as e:
-            # partitions refused at the edge keep their own error; the rest get the group's
-            results.update({(p.topic, p.partition): e.error for p in internal.partitions})
-        else:
-            results.update({(r.topic, r.partition): r.error for r in resp.partitions})
-    return encode_offset_commit(_commit_results_in_request_order(wire, results), ctx.api_version)
+            call.failed(e.error)
+    return call.reply(ctx.api_version)
 
 
 def offset_commit_error(ctx: RequestContext, req: Any, error: Error) -> Any:

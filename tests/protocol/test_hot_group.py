@@ -5,6 +5,7 @@ path refuses, reads as None."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any
 
@@ -375,8 +376,10 @@ class _Service:
     def __init__(self) -> None:
         self.core = _Core()
 
-    async def schedule_write(self, name: str, group_id: str, op: Any, *args: Any, **kw: Any) -> Any:
-        return op(self.core, 1, 0)
+    def schedule_write(self, name: str, group_id: str, op: Any, *args: Any, **kw: Any) -> Any:
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(op(self.core, 1, 0))
+        return fut
 
 
 @pytest.mark.parametrize("version", [0, 5, 9])

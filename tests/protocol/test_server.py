@@ -16,6 +16,7 @@ from kio.index import load_response_schema
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.kafka.codec import request_class
+from app.kafka.server import _Slot
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
 from tests.runtime.node_fixture import RunningNode
@@ -237,6 +238,85 @@ async def test_handler_exception_becomes_unknown_server_error(
     assert (await client.heartbeat("boom", gen, member)).error_code == Error.NONE
 
 
+def _commit_errors(resp: Any) -> list[tuple[str, int, int]]:
+    return [(t.name, p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
+
+
+@pytest.mark.parametrize("fault", ["raises", "write fails", "cancelled"])
+async def test_a_failed_offset_commit_answers_every_partition_and_the_connection_serves_on(
+    node: RunningNode,
+    client: KafkaTestClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+) -> None:
+    """Without ACLs a commit is served by the connection's own path (a callback on the write's
+    future): a bug in the core, a future failed by something other than the coordinator, and
+    a cancelled one are each answered UNKNOWN_SERVER_ERROR for every partition, as a parked
+    handler's would be; the bug and the failure are logged, and nothing else is disturbed."""
+    member, gen = await stable_group(client, "faulty")
+    schedule_write = node.node.schedule_write  # the runtime's, bound where the edge calls it
+
+    if fault == "raises":
+
+        def broken(*args: object) -> None:
+            raise RuntimeError("injected failure in offset_commit")
+
+        monkeypatch.setattr(GroupCoordinator, "offset_commit", broken)
+    else:
+
+        def failing(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+            fut = schedule_write(*args, **kwargs)
+            if fault == "cancelled":
+                fut.cancel()
+            else:
+                fut.set_exception(RuntimeError("injected failure of the write's future"))
+            return fut
+
+        monkeypatch.setattr(node.node, "schedule_write", failing)
+    with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
+        # t9 is unknown: refused at the edge, yet a failure answers it like the rest
+        commit = client.send(
+            client.build_request(
+                8,
+                8,
+                group_id="faulty",
+                generation_id_or_member_epoch=gen,
+                member_id=member,
+                group_instance_id=None,
+                topics=[
+                    {
+                        "name": name,
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "committed_offset": 5,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": "",
+                            }
+                        ],
+                    }
+                    for name in ("t1", "t9")
+                ],
+            )
+        )
+        behind = client.send(client.heartbeat_request("faulty", gen, member, version=4))
+        resp, hb = await asyncio.wait_for(asyncio.gather(commit, behind), 10)
+    assert _commit_errors(resp) == [
+        ("t1", 0, Error.UNKNOWN_SERVER_ERROR),
+        ("t9", 0, Error.UNKNOWN_SERVER_ERROR),
+    ]
+    assert hb.error_code == Error.NONE
+    assert client.received == sorted(client.received)  # the heartbeat waited behind the commit
+    logged = any("OffsetCommit v8" in r.getMessage() for r in caplog.records)
+    assert logged == (fault != "cancelled")
+    monkeypatch.undo()
+    resp = await client.offset_commit("faulty", {("t1", 0): 6}, generation_id=gen, member_id=member)
+    assert _commit_errors(resp) == [("t1", 0, Error.NONE)]
+    fetched = await client.offset_fetch("faulty", [("t1", 0)], version=3)
+    assert [p.committed_offset for t in fetched.topics for p in t.partitions] == [6]
+
+
 async def test_failure_without_error_shape_closes_connection(
     node: RunningNode,
     client: KafkaTestClient,
@@ -370,10 +450,11 @@ async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() ->
 async def test_parked_requests_are_freed_without_the_cyclic_collector(
     client: KafkaTestClient,
 ) -> None:
-    """A commit waits for its write (the handler parks) and is then freed by reference
-    counting alone: a reference cycle per parked request left the cyclic collector 13% of
-    the loop's time under a commit load."""
+    """A commit waits for its write and is then freed by reference counting alone: a reference
+    cycle per parked request left the cyclic collector 13% of the loop's time under a commit
+    load."""
     from app.kafka.context import RequestContext
+    from app.kafka.offset_apis import OffsetCommitCall
 
     member, gen = await stable_group(client, "no-cycles")
     gc.collect()
@@ -386,7 +467,9 @@ async def test_parked_requests_are_freed_without_the_cyclic_collector(
             )
             assert resp.topics[0].partitions[0].error_code == Error.NONE
         gc.collect()
-        in_cycles = [o for o in gc.garbage if isinstance(o, RequestContext)]
+        in_cycles = [
+            o for o in gc.garbage if isinstance(o, (RequestContext, OffsetCommitCall, _Slot))
+        ]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
