@@ -36,7 +36,7 @@ from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, RequestContext
 from app.kafka.group_replies import join_group_body, sync_group_body
 from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
-from app.service import CoordinatorError
+from app.service import CoordinatorError, CoordinatorService
 
 if TYPE_CHECKING:
     from app.group.coordinator import GroupCoordinator
@@ -203,6 +203,30 @@ def kio_join_group(resp: JoinGroupResponse, version: int) -> Any:
     )
 
 
+class JoinGroupCall:
+    """A JoinGroup as a WriteCall (app/kafka/context.py): `handle_join_group` without its
+    context (the connection's path when no ACLs apply)."""
+
+    __slots__ = ("future", "response")
+
+    def __init__(self, service: CoordinatorService, req: JoinGroupRequest, version: int) -> None:
+        require_group_id(req.group_id)
+        self.response: JoinGroupResponse | None = None
+        self.future: asyncio.Future[Any] | None = service.schedule_write(
+            "JoinGroup",
+            req.group_id,
+            lambda core, h, now: core.join_group(h, req, now),
+            creates_group=True,
+        )
+
+    def settle(self, fut: asyncio.Future[Any]) -> None:
+        self.response = fut.result()
+
+    def reply(self, version: int) -> Any:
+        assert self.response is not None
+        return encode_join_group(self.response, version)
+
+
 async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
     # `req` is kio's entity, or the internal request when app/kafka/hot_group.py read the frame
     internal = (
@@ -211,14 +235,10 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
         else decode_join_group(req, ctx.client_id, ctx.client_host)
     )
     authorize_group(ctx, OP_READ, internal.group_id)
-    require_group_id(internal.group_id)
-    resp = await ctx.service.schedule_write(
-        "JoinGroup",
-        internal.group_id,
-        lambda core, h, now: core.join_group(h, internal, now),
-        creates_group=True,
-    )
-    return encode_join_group(resp, ctx.api_version)
+    call = JoinGroupCall(ctx.service, internal, ctx.api_version)
+    assert call.future is not None
+    call.response = await call.future
+    return call.reply(ctx.api_version)
 
 
 def join_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
@@ -248,24 +268,46 @@ def encode_sync_group(resp: SyncGroupResponse, version: int) -> bytes:
     return sync_group_body(resp, version)
 
 
+class SyncGroupCall:
+    """A SyncGroup as a WriteCall (app/kafka/context.py): `handle_sync_group` without its
+    context (the connection's path when no ACLs apply)."""
+
+    __slots__ = ("future", "response")
+
+    def __init__(self, service: CoordinatorService, req: SyncGroupRequest, version: int) -> None:
+        self.response: SyncGroupResponse | None = None
+        self.future: asyncio.Future[Any] | None = None
+        if version >= 5 and (req.protocol_type is None or req.protocol_name is None):
+            # protocol.md §6.1 (KafkaApis): v5+ must carry both; answered before the coordinator
+            self.response = SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL)
+            return
+        require_group_id(req.group_id)
+        self.future = service.schedule_write(
+            "SyncGroup",
+            req.group_id,
+            lambda core, h, now: core.sync_group(h, req, now),
+            # protocol.md §10.4: a loading coordinator answers REBALANCE_IN_PROGRESS to SyncGroup
+            Error.REBALANCE_IN_PROGRESS,
+        )
+
+    def settle(self, fut: asyncio.Future[Any]) -> None:
+        self.response = fut.result()
+
+    def reply(self, version: int) -> bytes:
+        assert self.response is not None
+        return encode_sync_group(self.response, version)
+
+
 async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
     # kio's entity, or the internal request app/kafka/hot_group.py read
     internal = req if isinstance(req, SyncGroupRequest) else decode_sync_group(req)
     if ctx.api_version >= 5 and (internal.protocol_type is None or internal.protocol_name is None):
-        # protocol.md §6.1 (KafkaApis): v5+ must carry both; answered before the coordinator
-        return encode_sync_group(
-            SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL), ctx.api_version
-        )
+        return SyncGroupCall(ctx.service, internal, ctx.api_version).reply(ctx.api_version)
     authorize_group(ctx, OP_READ, internal.group_id)
-    require_group_id(internal.group_id)
-    resp = await ctx.service.schedule_write(
-        "SyncGroup",
-        internal.group_id,
-        lambda core, h, now: core.sync_group(h, internal, now),
-        # protocol.md §10.4: a loading coordinator answers REBALANCE_IN_PROGRESS to SyncGroup
-        Error.REBALANCE_IN_PROGRESS,
-    )
-    return encode_sync_group(resp, ctx.api_version)
+    call = SyncGroupCall(ctx.service, internal, ctx.api_version)
+    assert call.future is not None
+    call.response = await call.future
+    return call.reply(ctx.api_version)
 
 
 def sync_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
@@ -524,10 +566,10 @@ def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 
 
 APIS: Final = (
-    Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error),
+    Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error, JoinGroupCall),
     Api(HEARTBEAT, "Heartbeat", 0, HEARTBEAT_MAX_VERSION, handle_heartbeat, heartbeat_error),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),
-    Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group, sync_group_error),
+    Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group, sync_group_error, SyncGroupCall),
     Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, handle_describe_groups, describe_groups_error),
     Api(LIST_GROUPS, "ListGroups", 0, 5, handle_list_groups, list_groups_error),
     Api(DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups, delete_groups_error),

@@ -135,11 +135,10 @@ def _commit_results_in_request_order(
 
 
 class OffsetCommitCall:
-    """One OffsetCommit from the edge's checks to its reply, for both ways of serving it:
-    `handle_offset_commit` awaits `future`, and the connection's path for commits without ACLs
-    (app/kafka/server.py) registers a callback on it. Constructing it schedules the write;
-    `future` is None when nothing reached the core (every partition refused at the edge, or
-    the group not served here)."""
+    """An OffsetCommit from the edge's checks to its reply, as a WriteCall
+    (app/kafka/context.py) and for `handle_offset_commit`. Constructing it schedules the
+    write; `future` is None when nothing reached the core (every partition refused at the
+    edge, or the group not served here)."""
 
     __slots__ = ("future", "partitions", "results", "wire")
 
@@ -147,6 +146,7 @@ class OffsetCommitCall:
         self,
         service: CoordinatorService,
         wire: OffsetCommitWire,
+        version: int = 0,  # the wire's own
         readable: Callable[[str], bool] = _everything,
     ) -> None:
         internal, refused = decode_offset_commit(wire, service.topics, readable)
@@ -194,7 +194,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     wire = _as_wire(req)
     authorize_group(ctx, OP_READ, wire.group_id)
     call = OffsetCommitCall(
-        ctx.service, wire, lambda topic: ctx.allowed(OP_READ, RESOURCE_TOPIC, topic)
+        ctx.service, wire, readable=lambda topic: ctx.allowed(OP_READ, RESOURCE_TOPIC, topic)
     )
     if call.future is not None:
         try:
@@ -430,7 +430,15 @@ def offset_delete_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 
 
 APIS: Final = (
-    Api(OFFSET_COMMIT, "OffsetCommit", 2, 9, handle_offset_commit, offset_commit_error),
+    Api(
+        OFFSET_COMMIT,
+        "OffsetCommit",
+        2,
+        9,
+        handle_offset_commit,
+        offset_commit_error,
+        OffsetCommitCall,
+    ),
     Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch, offset_fetch_error),
     Api(OFFSET_DELETE, "OffsetDelete", 0, 0, handle_offset_delete, offset_delete_error),
 )

@@ -31,6 +31,7 @@ from app.kafka.context import (
     AsyncHandler,
     HandlerResult,
     RequestContext,
+    WriteCall,
     reply_error_code,
     resume,
 )
@@ -49,7 +50,7 @@ from app.kafka.limits import (
     TURN_SHARE_S,
     ServerLimits,
 )
-from app.kafka.offset_apis import OFFSET_COMMIT, OffsetCommitCall
+from app.kafka.offset_apis import OFFSET_COMMIT
 from app.kafka.sasl_apis import PRE_AUTH_APIS, PRE_AUTH_MAX_FRAME
 from app.security.acl import AclOperation, ResourceType
 from app.security.listeners import Listener, SecurityProtocol
@@ -334,8 +335,8 @@ class KafkaConnection(asyncio.Protocol):
             self.abort(f"unsupported request {api_name(api_key)} (key {api_key}) v{version}")
             return
         body = self._read_hot(api_key, version, frame)
-        if type(body) is OffsetCommitWire and not self._acl_enabled:
-            self._offset_commit(entry, body, correlation_id)
+        if body is not None and not self._acl_enabled:
+            self._start(entry, body, correlation_id)  # every hot-read API has a WriteCall
             return
         if body is not None:
             client_id = body.client_id if isinstance(body, JoinGroupRequest) else ""
@@ -382,47 +383,45 @@ class KafkaConnection(asyncio.Protocol):
             session=self._session,
         )
 
-    def _offset_commit(
-        self, entry: ApiVersionEntry, wire: OffsetCommitWire, correlation_id: int
-    ) -> None:
-        """An OffsetCommit when no ACLs apply: `handle_offset_commit` with a callback on the
-        write's future in place of a parked handler coroutine. The context, coroutine and
-        resumption that parking needs were about a tenth of a durable commit's CPU."""
+    def _start(self, entry: ApiVersionEntry, body: Any, correlation_id: int) -> None:
+        """A hot-read group write when no ACLs apply: the API's WriteCall, with a callback on
+        its future in place of a parked handler coroutine (app/kafka/context.py)."""
+        start = entry.api.start
+        assert start is not None
         try:
-            call = OffsetCommitCall(self._service, wire)
-        except Exception as exc:
-            result = self._error_result(entry, None, wire, exc)
-        else:
+            call = start(self._service, body, entry.version)
             fut = call.future
             if fut is not None:
                 slot = _Slot()
                 self._slots.append(slot)
                 fut.add_done_callback(
-                    functools.partial(self._offset_committed, slot, entry, call, correlation_id)
+                    functools.partial(self._settled, slot, entry, body, call, correlation_id)
                 )
                 self._update_reading()
                 return
             result = call.reply(entry.version)
-        data = self._encode(entry, None, wire, correlation_id, result)
+        except Exception as exc:
+            result = self._error_result(entry, None, body, exc)
+        data = self._encode(entry, None, body, correlation_id, result)
         if data:
             self._emit(data)
 
-    def _offset_committed(
+    def _settled(
         self,
         slot: _Slot,
         entry: ApiVersionEntry,
-        call: OffsetCommitCall,
+        body: Any,
+        call: WriteCall,
         correlation_id: int,
         fut: asyncio.Future[Any],
     ) -> None:
         try:
             call.settle(fut)
-        except BaseException as exc:  # CancelledError included, as for a parked handler
-            self._on_done(slot, entry, None, call.wire, correlation_id, None, exc)
+            result = call.reply(entry.version)
+        except (Exception, asyncio.CancelledError) as exc:  # as a parked handler's outcome
+            self._on_done(slot, entry, None, body, correlation_id, None, exc)
         else:
-            self._on_done(
-                slot, entry, None, call.wire, correlation_id, call.reply(entry.version), None
-            )
+            self._on_done(slot, entry, None, body, correlation_id, result, None)
 
     def _heartbeat(self, fields: HeartbeatFields, version: int, correlation: bytes) -> None:
         """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and
@@ -581,7 +580,7 @@ class KafkaConnection(asyncio.Protocol):
         """The reply for a handler that raised, in the API's own shape (None when it has
         none): the one place exceptions become Kafka errors. `CoordinatorError` carries the
         error to answer (a group not served here); anything else is UNKNOWN_SERVER_ERROR.
-        `ctx` None: a request served without one (`_offset_commit`); one is made here."""
+        `ctx` None: a request served without one (`_start`); one is made here."""
         if isinstance(exc, CoordinatorError):
             error = exc.error
         else:

@@ -317,6 +317,56 @@ async def test_a_failed_offset_commit_answers_every_partition_and_the_connection
     assert [p.committed_offset for t in fetched.topics for p in t.partitions] == [6]
 
 
+@pytest.mark.parametrize("api", ["JoinGroup", "SyncGroup"])
+@pytest.mark.parametrize("fault", ["write fails", "cancelled"])
+async def test_a_failed_join_or_sync_is_answered_in_its_own_shape(
+    node: RunningNode,
+    client: KafkaTestClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    api: str,
+    fault: str,
+) -> None:
+    """JoinGroup and SyncGroup are served like the commit without ACLs: a failed or cancelled
+    future becomes UNKNOWN_SERVER_ERROR in the API's reply (JoinGroup's naming the member),
+    and the group goes on being served."""
+    member, gen = await stable_group(client, "faulty-" + api)
+    schedule_write = node.node.schedule_write
+
+    def failing(name: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        fut = schedule_write(name, *args, **kwargs)  # the core still runs the request
+        if name != api:
+            return fut
+        # a rebalance's join may be answered at once: what the edge waits on fails instead
+        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if fault == "cancelled":
+            failed.cancel()
+        else:
+            failed.set_exception(RuntimeError("injected failure of the write's future"))
+        return failed
+
+    monkeypatch.setattr(node.node, "schedule_write", failing)
+    with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
+        if api == "JoinGroup":
+            resp = await client.join_group("faulty-" + api, member, protocols=PROTOCOLS, version=9)
+            assert resp.member_id == member
+        else:
+            resp = await client.sync_group("faulty-" + api, gen, member, version=5)
+    assert resp.error_code == Error.UNKNOWN_SERVER_ERROR
+    logged = any(f"{api} v" in r.getMessage() for r in caplog.records)
+    assert logged == (fault != "cancelled")
+    monkeypatch.undo()
+    # the connection and the group go on: the member rejoins and syncs as usual
+    group = "faulty-" + api
+    joined = await client.join_group(group, member, protocols=PROTOCOLS, version=9)
+    assert joined.error_code == Error.NONE
+    synced = await client.sync_group(
+        group, joined.generation_id, member, assignments={member: b"a"}, version=5
+    )
+    assert synced.error_code == Error.NONE
+    assert (await client.heartbeat(group, joined.generation_id, member)).error_code == Error.NONE
+
+
 async def test_failure_without_error_shape_closes_connection(
     node: RunningNode,
     client: KafkaTestClient,
@@ -450,10 +500,11 @@ async def test_a_handler_resumed_after_its_eager_start_behaves_as_in_a_task() ->
 async def test_parked_requests_are_freed_without_the_cyclic_collector(
     client: KafkaTestClient,
 ) -> None:
-    """A commit waits for its write and is then freed by reference counting alone: a reference
-    cycle per parked request left the cyclic collector 13% of the loop's time under a commit
-    load."""
+    """A commit, a rebalance's JoinGroup and its leader's SyncGroup wait for the core or a
+    write and are then freed by reference counting alone: a reference cycle per parked request
+    left the cyclic collector 13% of the loop's time under a commit load."""
     from app.kafka.context import RequestContext
+    from app.kafka.group_apis import JoinGroupCall, SyncGroupCall
     from app.kafka.offset_apis import OffsetCommitCall
 
     member, gen = await stable_group(client, "no-cycles")
@@ -466,9 +517,19 @@ async def test_parked_requests_are_freed_without_the_cyclic_collector(
                 "no-cycles", {("t1", 0): offset}, generation_id=gen, member_id=member
             )
             assert resp.topics[0].partitions[0].error_code == Error.NONE
+        for _ in range(5):  # the leader's rejoin rebalances; its SyncGroup waits for the write
+            joined = await client.join_group("no-cycles", member, protocols=PROTOCOLS, version=9)
+            synced = await client.sync_group(
+                "no-cycles", joined.generation_id, member, assignments={member: b"a"}, version=5
+            )
+            assert (joined.error_code, synced.error_code) == (Error.NONE, Error.NONE)
         gc.collect()
         in_cycles = [
-            o for o in gc.garbage if isinstance(o, (RequestContext, OffsetCommitCall, _Slot))
+            o
+            for o in gc.garbage
+            if isinstance(
+                o, (RequestContext, OffsetCommitCall, JoinGroupCall, SyncGroupCall, _Slot)
+            )
         ]
     finally:
         gc.set_debug(0)
