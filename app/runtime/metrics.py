@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from app.group.view import GroupSummary
 
@@ -19,17 +22,14 @@ class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.join_seconds = Histogram(
+        self.join_seconds = LoopHistogram(
             "coordinator_join_group_seconds",
             "JoinGroup time until answered (incl. parking)",
-            registry=r,
-            buckets=LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
+            r,
         )
-        self.sync_seconds = Histogram(
-            "coordinator_sync_group_seconds",
-            "SyncGroup time until answered",
-            registry=r,
-            buckets=LATENCY_BUCKETS,
+        self.sync_seconds = LoopHistogram(
+            "coordinator_sync_group_seconds", "SyncGroup time until answered", LATENCY_BUCKETS, r
         )
         # Kafka requests by (api, version, error): a plain dict bumped per request and read at
         # scrape time; a prometheus-client child's inc() takes a lock, which was a tenth of a
@@ -131,6 +131,35 @@ class _StateCollector(Collector):
         leases = CounterMetricFamily("coordinator_lease_changes", "partitions taken or given up")
         leases.add_metric([], node.lease_changes)
         yield leases
+
+
+class LoopHistogram(Collector):
+    """A histogram observed from the event loop's thread only, exposed as prometheus-client's
+    Histogram is (cumulative `le` buckets, `_sum`, `_count`). Its counts are a plain list: the
+    library's observe() takes a lock per bucket and for the sum, 0.75 us, twice per member of
+    a rebalance."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = [float(b) for b in buckets]  # +Inf is the last count
+        # the library's own `le` spelling (untyped there)
+        self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect_left(self.bounds, amount)] += 1  # the first bucket with amount <= le
+        self.sum += amount
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation)
+        buckets = list(zip(self._les, accumulate(self.counts), strict=True))
+        family.add_metric([], buckets, self.sum)
+        yield family
 
 
 class _RequestCollector(Collector):
