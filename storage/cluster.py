@@ -8,12 +8,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import cast
 
-from sqlalchemy import select, text, update
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import errors
 from storage.database import Database
-from storage.statements import Rows
+from storage.statements import Rows, Statements, Txn
 from storage.tables import cluster_meta, nodes
 
 LOG_PARTITIONS = "log_partitions"
@@ -30,6 +30,11 @@ class NodeRow:
     started_ms: int
     # listener name -> advertised (host, port); empty for a node that registered none
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def _heartbeat(sql: Statements, node_id: int, now_ms: int) -> Txn[bool]:
+    rows = yield sql.heartbeat_node(node_id, now_ms)
+    return bool(rows)
 
 
 def encode_listeners(listeners: dict[str, tuple[str, int]] | None) -> str | None:
@@ -96,12 +101,11 @@ class Cluster:
             await conn.execute(stmt.on_conflict_do_update(index_elements=["node_id"], set_=values))
 
     async def heartbeat_node(self, node_id: int, now_ms: int) -> bool:
-        """Refresh the node's heartbeat; False if the node is not registered."""
-        async with self._db.write() as conn:
-            res = await conn.execute(
-                update(nodes).where(nodes.c.node_id == node_id).values(heartbeat_ms=now_ms)
-            )
-        return bool(res.rowcount)
+        """Refresh the node's heartbeat; False if the node is not registered. Like the lease
+        renewal, one hop of the writer thread on a SQLite file: through aiosqlite it held the
+        event loop about 4 ms a lease round (in the loop of a 1,000-member rebalance, a tenth
+        of it)."""
+        return await self._db.transact(_heartbeat(self._db.sql, node_id, now_ms))
 
     async def deregister_node(self, node_id: int) -> None:
         async with self._db.write() as conn:

@@ -144,6 +144,16 @@ class Statements:
         )
         return Stmt(sql, [expires_at_ms, *partitions])
 
+    def heartbeat_node(self, node_id: int, now_ms: int) -> Stmt:
+        """The node's row with its heartbeat moved to `now_ms`: one row if it is registered
+        (RETURNING: SQLite 3.35+)."""
+        sql = self._sized(
+            "heartbeat_node",
+            1,
+            lambda n: "UPDATE nodes SET heartbeat_ms = ? WHERE node_id = ? RETURNING node_id",
+        )
+        return Stmt(sql, (now_ms, node_id))
+
     def max_offsets(self, partitions: Sequence[int]) -> Stmt:
         """One row: the highest offset of each partition (NULL when empty), in one round
         trip; each scalar subquery is a primary-key lookup."""
