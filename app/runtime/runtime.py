@@ -241,7 +241,12 @@ class CoordinatorRuntime:
             p.appended_since_compaction += len(write.records)
             fut = self.writer.submit(p.id, p.epoch, write.records)
             fut.add_done_callback(functools.partial(self._written, p, p.core, write.continuation))
-        self.arm(p)
+        # as in `heartbeat`: the heap's top is a lower bound of the next deadline, so a timer
+        # armed no later than it stands (most results move no timer earlier than the armed one)
+        armed = p.armed_deadline
+        core = p.core
+        if armed is None or core is None or ((heap := core.heap) and heap[0][0] < armed):
+            self.arm(p)
 
     def _written(
         self,
