@@ -27,7 +27,7 @@ from app.group.records import (
     group_record,
     offset_record,
 )
-from app.group.replay import drop_if_unused, replay
+from app.group.replay import drop_if_unused, replay, replay_offset
 from app.group.results import (
     AppendFailure,
     OffsetsDone,
@@ -82,6 +82,7 @@ class Offsets:
         results: list[PartitionResult] = []
         records: list[Record] = []
         written: list[tuple[str, int]] = []
+        values: list[OffsetValue | None] = []
         expire = now + req.retention_time_ms if req.retention_time_ms != -1 else -1
         # no member, generation -1, Empty group: a reset, which the audit must tell apart
         # from members' commits (OffsetValue v1)
@@ -100,6 +101,7 @@ class Offsets:
             value = OffsetValue(p.offset, p.leader_epoch, metadata, now, expire, source)
             records.append(offset_record(group.group_id, p.topic, p.partition, value))
             written.append((p.topic, p.partition))
+            values.append(value)
         if not records:
             out.reply(handle, OffsetCommitResponse(tuple(results)))
             drop_if_unused(self.groups, group)  # a simple group created for nothing
@@ -110,7 +112,7 @@ class Offsets:
         out.writes.append(
             Write(
                 records,
-                OffsetsDone(group.group_id, handle, tuple(results), tuple(written), tuple(records)),
+                OffsetsDone(group.group_id, handle, tuple(results), tuple(written), tuple(values)),
             )
         )
         return out
@@ -128,8 +130,9 @@ class Offsets:
                 else:
                     pending.pop(tp, None)
         if failure is None:
-            for record in cont.records:
-                replay(self.groups, record)  # protocol.md §8.2: visible only once durable
+            # protocol.md §8.2: visible only once durable
+            for (topic, partition), value in zip(cont.written, cont.values, strict=True):
+                replay_offset(self.groups, cont.group_id, topic, partition, value)
             error = NO_ERROR
         else:
             error = offset_write_error(failure)
@@ -198,10 +201,11 @@ class Offsets:
             return out
         for tp in written:
             pending[tp] = pending.get(tp, 0) + 1
+        tombstones = (None,) * len(written)
         out.writes.append(
             Write(
                 records,
-                OffsetsDone(group.group_id, handle, tuple(results), tuple(written), tuple(records)),
+                OffsetsDone(group.group_id, handle, tuple(results), tuple(written), tombstones),
             )
         )
         return out

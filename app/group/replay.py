@@ -1,7 +1,7 @@
 """replay(record): the one way durable group state changes.
 
 Loading replays every record; live writes replay their offset commits and tombstones once
-durable. (Live group-metadata writes describe in-memory state that handlers already hold, as
+durable (through `replay_offset`, with the values they encoded rather than decoding them back). (Live group-metadata writes describe in-memory state that handlers already hold, as
 Kafka's classic groups do with replayRecords=false.) Each record type builds only its own part
 of a group (see app/group/state.py) and leaves the others as they are.
 """
@@ -9,6 +9,7 @@ of a group (see app/group/state.py) and leaves the others as they are.
 from __future__ import annotations
 
 from app.group.records import (
+    OffsetValue,
     Record,
     RecordType,
     decode_group_key,
@@ -37,8 +38,18 @@ def drop_if_unused(groups: dict[str, Group], group: Group) -> None:
 
 def _replay_offset(groups: dict[str, Group], record: Record) -> None:
     group_id, topic, partition = decode_offset_key(record.key)
+    value = None if record.value is None else decode_offset_value(record.value)
+    replay_offset(groups, group_id, topic, partition, value)
+
+
+def replay_offset(
+    groups: dict[str, Group], group_id: str, topic: str, partition: int, value: OffsetValue | None
+) -> None:
+    """An OFFSET_COMMIT record's replay from its decoded key and value (None: a tombstone). A
+    live commit's completion passes the value it encoded, which decoding gives back
+    (tests/unit/test_record_codec.py): decoding it again was a tenth of a commit's core."""
     group = groups.get(group_id)
-    if record.value is None:
+    if value is None:
         if group is not None:
             group.offsets.pop((topic, partition), None)
             # a group that only existed for its offsets goes with the last of them,
@@ -47,7 +58,7 @@ def _replay_offset(groups: dict[str, Group], record: Record) -> None:
         return
     if group is None:
         group = groups[group_id] = Group(group_id)
-    group.offsets[(topic, partition)] = decode_offset_value(record.value)
+    group.offsets[(topic, partition)] = value
 
 
 def _replay_group(groups: dict[str, Group], record: Record) -> None:

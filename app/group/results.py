@@ -18,7 +18,7 @@ from app.group.messages import (
     PartitionResult,
     SyncGroupResponse,
 )
-from app.group.records import Record
+from app.group.records import OffsetValue, Record
 
 Reply = (
     AdminResult
@@ -89,7 +89,7 @@ class OffsetsDone:
     handle: int | None  # None: an admin/internal commit nobody waits on
     results: tuple[PartitionResult, ...]  # errors decided before the write
     written: tuple[tuple[str, int], ...]
-    records: tuple[Record, ...]
+    values: tuple[OffsetValue | None, ...]  # what the records of `written` hold (None: deleted)
 
 
 @immutable
