@@ -238,6 +238,28 @@ async def test_handler_exception_becomes_unknown_server_error(
     assert (await client.heartbeat("boom", gen, member)).error_code == Error.NONE
 
 
+def _fail_the_edges_futures(
+    monkeypatch: pytest.MonkeyPatch, node: RunningNode, api: str, fault: str
+) -> None:
+    """The core still runs `api`'s requests, but the future the edge waits on is cancelled or
+    failed with something other than a CoordinatorError."""
+    schedule_write = node.node.schedule_write  # the runtime's, bound where the edge calls it
+
+    def failing(name: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        fut = schedule_write(name, *args, **kwargs)
+        if name != api:
+            return fut
+        # the reply may be there already (a rebalance's join completes at once)
+        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if fault == "cancelled":
+            failed.cancel()
+        else:
+            failed.set_exception(RuntimeError("injected failure of the write's future"))
+        return failed
+
+    monkeypatch.setattr(node.node, "schedule_write", failing)
+
+
 def _commit_errors(resp: Any) -> list[tuple[str, int, int]]:
     return [(t.name, p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
 
@@ -255,7 +277,6 @@ async def test_a_failed_offset_commit_answers_every_partition_and_the_connection
     a cancelled one are each answered UNKNOWN_SERVER_ERROR for every partition, as a parked
     handler's would be; the bug and the failure are logged, and nothing else is disturbed."""
     member, gen = await stable_group(client, "faulty")
-    schedule_write = node.node.schedule_write  # the runtime's, bound where the edge calls it
 
     if fault == "raises":
 
@@ -264,16 +285,7 @@ async def test_a_failed_offset_commit_answers_every_partition_and_the_connection
 
         monkeypatch.setattr(GroupCoordinator, "offset_commit", broken)
     else:
-
-        def failing(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-            fut = schedule_write(*args, **kwargs)
-            if fault == "cancelled":
-                fut.cancel()
-            else:
-                fut.set_exception(RuntimeError("injected failure of the write's future"))
-            return fut
-
-        monkeypatch.setattr(node.node, "schedule_write", failing)
+        _fail_the_edges_futures(monkeypatch, node, "OffsetCommit", fault)
     with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
         # t9 is unknown: refused at the edge, yet a failure answers it like the rest
         commit = client.send(
@@ -331,21 +343,7 @@ async def test_a_failed_join_or_sync_is_answered_in_its_own_shape(
     future becomes UNKNOWN_SERVER_ERROR in the API's reply (JoinGroup's naming the member),
     and the group goes on being served."""
     member, gen = await stable_group(client, "faulty-" + api)
-    schedule_write = node.node.schedule_write
-
-    def failing(name: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-        fut = schedule_write(name, *args, **kwargs)  # the core still runs the request
-        if name != api:
-            return fut
-        # a rebalance's join may be answered at once: what the edge waits on fails instead
-        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if fault == "cancelled":
-            failed.cancel()
-        else:
-            failed.set_exception(RuntimeError("injected failure of the write's future"))
-        return failed
-
-    monkeypatch.setattr(node.node, "schedule_write", failing)
+    _fail_the_edges_futures(monkeypatch, node, api, fault)
     with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
         if api == "JoinGroup":
             resp = await client.join_group("faulty-" + api, member, protocols=PROTOCOLS, version=9)
