@@ -1,7 +1,8 @@
 """replay(record): the one way durable group state changes.
 
 Loading replays every record; live writes replay their offset commits and tombstones once
-durable (through `replay_offset`, with the values they encoded rather than decoding them back). (Live group-metadata writes describe in-memory state that handlers already hold, as
+durable (through `replay_offset`, with the values they encoded rather than decoding them
+back). (Live group-metadata writes describe in-memory state that handlers already hold, as
 Kafka's classic groups do with replayRecords=false.) Each record type builds only its own part
 of a group (see app/group/state.py) and leaves the others as they are.
 """
