@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.engine import create_engine, sqlite_file, write_engine
-from storage.errors import translate_errors
+from storage.errors import StorageError, translate_errors
 from storage.migrate import upgrade_async
 from storage.pg_append import PgAppender
 from storage.sqlite_thread import SqliteThread
 from storage.statements import Statements, Txn, run_async, run_sqlite3
 
 T = TypeVar("T")
+
+# the oldest SQLite the statements run on (RETURNING: storage/statements.py)
+MIN_SQLITE: Final = (3, 35, 0)
 
 
 def wall_clock_ms() -> int:
@@ -59,6 +63,11 @@ class Database:
         **engine_kwargs: Any,
     ) -> Database:
         """See EventLog.open."""
+        if url.startswith("sqlite") and sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise StorageError(
+                f"SQLite {sqlite3.sqlite_version} is too old: the event log needs "
+                f"{'.'.join(map(str, MIN_SQLITE))} or newer (UPDATE ... RETURNING)"
+            )
         if migrate:
             await upgrade_async(url)
         if lock_wait_ms is not None and not url.startswith("sqlite"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import inspect
 from collections.abc import Callable, Coroutine
@@ -87,6 +88,17 @@ class WriteCall(Protocol):
 
 
 WriteStarter = Callable[[CoordinatorService, Any, int], WriteCall]
+
+
+async def serve_call(call: WriteCall, version: int) -> HandlerResult:
+    """A WriteCall served by its handler (when ACLs apply, or kio read the request): the same
+    outcome as the connection's lane gives it, the future's taken by `settle`."""
+    fut = call.future
+    if fut is not None:
+        with contextlib.suppress(Exception):
+            await fut  # its outcome is for `settle`; a cancellation goes on up
+        call.settle(fut)
+    return call.reply(version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from app.group.messages import (
 )
 from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
-from app.kafka.context import Api, RequestContext
+from app.kafka.context import Api, RequestContext, serve_call
 from app.kafka.group_replies import join_group_body, sync_group_body
 from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
 from app.service import CoordinatorError, CoordinatorService
@@ -235,10 +235,7 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> Any:
         else decode_join_group(req, ctx.client_id, ctx.client_host)
     )
     authorize_group(ctx, OP_READ, internal.group_id)
-    call = JoinGroupCall(ctx.service, internal, ctx.api_version)
-    assert call.future is not None
-    call.response = await call.future
-    return call.reply(ctx.api_version)
+    return await serve_call(JoinGroupCall(ctx.service, internal, ctx.api_version), ctx.api_version)
 
 
 def join_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
@@ -304,10 +301,7 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 5 and (internal.protocol_type is None or internal.protocol_name is None):
         return SyncGroupCall(ctx.service, internal, ctx.api_version).reply(ctx.api_version)
     authorize_group(ctx, OP_READ, internal.group_id)
-    call = SyncGroupCall(ctx.service, internal, ctx.api_version)
-    assert call.future is not None
-    call.response = await call.future
-    return call.reply(ctx.api_version)
+    return await serve_call(SyncGroupCall(ctx.service, internal, ctx.api_version), ctx.api_version)
 
 
 def sync_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:

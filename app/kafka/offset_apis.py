@@ -23,7 +23,7 @@ from app.group.messages import (
     PartitionResult,
 )
 from app.kafka.codec import build, group_by_topic, ms, response_class
-from app.kafka.context import Api, RequestContext
+from app.kafka.context import Api, RequestContext, serve_call
 from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
 from app.kafka.group_replies import offset_commit_body
 from app.kafka.hot_group import OffsetCommitWire
@@ -146,7 +146,7 @@ class OffsetCommitCall:
         self,
         service: CoordinatorService,
         wire: OffsetCommitWire,
-        version: int = 0,  # the wire's own
+        _version: int = 0,  # unused: the wire carries its version (WriteStarter's shape)
         readable: Callable[[str], bool] = _everything,
     ) -> None:
         internal, refused = decode_offset_commit(wire, service.topics, readable)
@@ -174,9 +174,9 @@ class OffsetCommitCall:
         self.results.update({(r.topic, r.partition): r.error for r in resp.partitions})
 
     def settle(self, fut: asyncio.Future[Any]) -> None:
-        """`future`'s outcome, as awaiting it in `handle_offset_commit` takes it: a
-        CoordinatorError answers every partition with its error; any other exception (or the
-        cancellation) is raised, for the caller's UNKNOWN_SERVER_ERROR reply."""
+        """`future`'s outcome: a CoordinatorError answers with its error every partition that
+        reached the core (those refused at the edge keep their own); any other exception (or
+        the cancellation) is raised, for the caller's UNKNOWN_SERVER_ERROR reply."""
         exc = fut.exception()
         if exc is None:
             self.answered(fut.result())
@@ -196,12 +196,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> Any:
     call = OffsetCommitCall(
         ctx.service, wire, readable=lambda topic: ctx.allowed(OP_READ, RESOURCE_TOPIC, topic)
     )
-    if call.future is not None:
-        try:
-            call.answered(await call.future)
-        except CoordinatorError as e:
-            call.failed(e.error)
-    return call.reply(ctx.api_version)
+    return await serve_call(call, ctx.api_version)
 
 
 def offset_commit_error(ctx: RequestContext, req: Any, error: Error) -> Any:

@@ -32,6 +32,7 @@ from app.kafka.context import (
     HandlerResult,
     RequestContext,
     WriteCall,
+    WriteStarter,
     reply_error_code,
     resume,
 )
@@ -336,8 +337,10 @@ class KafkaConnection(asyncio.Protocol):
             return
         body = self._read_hot(api_key, version, frame)
         if body is not None and not self._acl_enabled:
-            self._start(entry, body, correlation_id)  # every hot-read API has a WriteCall
-            return
+            start = entry.api.start
+            if start is not None:  # every hot-read API has one (tests/protocol/test_server.py)
+                self._start(start, entry, body, correlation_id)
+                return
         if body is not None:
             client_id = body.client_id if isinstance(body, JoinGroupRequest) else ""
         else:
@@ -383,25 +386,33 @@ class KafkaConnection(asyncio.Protocol):
             session=self._session,
         )
 
-    def _start(self, entry: ApiVersionEntry, body: Any, correlation_id: int) -> None:
+    def _start(
+        self, start: WriteStarter, entry: ApiVersionEntry, body: Any, correlation_id: int
+    ) -> None:
         """A hot-read group write when no ACLs apply: the API's WriteCall, with a callback on
         its future in place of a parked handler coroutine (app/kafka/context.py)."""
-        start = entry.api.start
-        assert start is not None
         try:
             call = start(self._service, body, entry.version)
             fut = call.future
-            if fut is not None:
-                slot = _Slot()
-                self._slots.append(slot)
-                fut.add_done_callback(
-                    functools.partial(self._settled, slot, entry, body, call, correlation_id)
-                )
-                self._update_reading()
-                return
-            result = call.reply(entry.version)
+            if fut is None or fut.done():
+                # answered at the edge, or by the core at once (a join that completes the
+                # rebalance): inline, as a handler's await of a done future does not suspend
+                if fut is not None:
+                    call.settle(fut)
+                    fut = None
+                result = call.reply(entry.version)
+        except asyncio.CancelledError:  # settling a cancelled future: as a parked handler's
+            fut, result = None, self._error_result(entry, None, body, None)
         except Exception as exc:
-            result = self._error_result(entry, None, body, exc)
+            fut, result = None, self._error_result(entry, None, body, exc)
+        if fut is not None:  # waits for the core or its write, in its place in the output
+            slot = _Slot()
+            self._slots.append(slot)
+            fut.add_done_callback(
+                functools.partial(self._settled, slot, entry, body, call, correlation_id)
+            )
+            self._update_reading()
+            return
         data = self._encode(entry, None, body, correlation_id, result)
         if data:
             self._emit(data)

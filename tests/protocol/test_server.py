@@ -238,6 +238,19 @@ async def test_handler_exception_becomes_unknown_server_error(
     assert (await client.heartbeat("boom", gen, member)).error_code == Error.NONE
 
 
+def test_every_api_the_hot_readers_read_has_a_write_call() -> None:
+    """The connection serves what app/kafka/hot_group.py reads through the API's WriteCall
+    when no ACLs apply; an API read there without one would fall back to its handler."""
+    from app.kafka.apis import version_table
+    from app.kafka.group_apis import JOIN_GROUP, SYNC_GROUP
+    from app.kafka.offset_apis import OFFSET_COMMIT
+
+    read_hot = (JOIN_GROUP, SYNC_GROUP, OFFSET_COMMIT)
+    hot = [e for (key, _), e in version_table().items() if key in read_hot]
+    assert len(hot) == 10 + 6 + 8  # JoinGroup v0-9, SyncGroup v0-5, OffsetCommit v2-9
+    assert all(e.api.start is not None for e in hot)
+
+
 def _fail_the_edges_futures(
     monkeypatch: pytest.MonkeyPatch, node: RunningNode, api: str, fault: str
 ) -> None:

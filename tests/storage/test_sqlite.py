@@ -4,6 +4,7 @@ creation, several processes sharing one file."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from storage.errors import StorageError
 from storage.log import EventLog
 from storage.migrate import upgrade
 from tests.storage.conftest import sqlite_url
@@ -50,6 +52,18 @@ async def test_open_creates_the_parent_directory(tmp_path: Path) -> None:
     finally:
         await log.close()
     assert (tmp_path / "a" / "b" / "log.db").is_file()
+
+
+async def test_an_sqlite_too_old_for_the_statements_is_refused_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease round's heartbeat uses UPDATE ... RETURNING (SQLite 3.35): an older library
+    is named at start-up, not found out by a failing lease round."""
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 34, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.34.1")
+    with pytest.raises(StorageError, match=r"SQLite 3\.34\.1 is too old.*3\.35\.0 or newer"):
+        await EventLog.open(sqlite_url(tmp_path / "log.db"), migrate=True)
+    assert not (tmp_path / "log.db").exists()
 
 
 def test_plain_sqlite_urls_get_the_async_driver(tmp_path: Path) -> None:
