@@ -33,17 +33,16 @@ from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
     REGISTRATION_SCHEMA,
-    SHAPE_COLUMNS,
-    SHAPE_SCHEMA,
     decode_group_batches,
     decode_offsets,
     decode_registration_batches,
-    shape_batches,
 )
 from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
+# bitmaps of 32768 offsets (4 KiB each) the duplicate check may build: 32 MiB, 2^28 offsets
+BITMAP_BUCKETS = 1 << 13
 
 INVARIANTS: dict[str, str] = {
     "generation_never_decreases": "a group's generation never decreases in log order "
@@ -208,16 +207,22 @@ class Audit:
         return result
 
     def _input_summary(self, recs: Any) -> Any:
-        """Counts per record type from one narrow pass (`shape_batches`), which also tells
-        whether the log positions are runs that cannot hold a duplicate."""
+        """Counts per record type, file and log partition from one aggregate in the JVM (no
+        Python pass over the whole input); it also keeps each log partition's offset range,
+        which sizes the duplicate check (`_positions`)."""
         from pyspark.sql import functions as F
 
         shape = self.persist(
-            recs.select(*SHAPE_COLUMNS, F.col("value").isNull().alias("tombstone")).mapInArrow(
-                shape_batches, _spark_schema(SHAPE_SCHEMA)
+            recs.groupBy("record_type", "in_history", "log_partition").agg(
+                F.count("*").alias("records"),
+                F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
+                F.min("append_time_ms").alias("first_append_ms"),
+                F.max("append_time_ms").alias("last_append_ms"),
+                F.min("log_offset").alias("min_offset"),
+                F.max("log_offset").alias("max_offset"),
             )
         )
-        self._runs = shape.filter(F.col("run"))
+        self._shape = shape
         kind = (
             F.when(F.col("record_type") == RecordType.GROUP_METADATA.value, "group_metadata")
             .when(F.col("record_type") == RecordType.OFFSET_COMMIT.value, "offset_commit")
@@ -228,8 +233,7 @@ class Audit:
             .otherwise("unknown")
         )
         return (
-            shape.filter(~F.col("run"))
-            .groupBy("record_type", kind.alias("kind"), "in_history")
+            shape.groupBy("record_type", kind.alias("kind"), "in_history")
             .agg(
                 F.sum("records").alias("records"),
                 F.sum("tombstones").alias("tombstones"),
@@ -747,41 +751,48 @@ class Audit:
         return self.write("commit_activity", activity)
 
     def _positions(self, recs: Any) -> Any:
-        """The log positions to group for duplicates. When the runs prove each file (log,
-        history) free of duplicates on its own, only the positions held by both files; else all
-        of them."""
-        from pyspark.sql import Window
+        """The log positions to group for duplicates. One narrow aggregate keeps, per log
+        partition and bucket of 32768 offsets, a bitmap of the offsets seen (Spark's `bitmap_*`
+        functions, 4 KiB a bucket): a position held twice is in a bucket whose records outnumber
+        its bits, and only such buckets' positions are grouped (none in a log without
+        duplicates). When the offset ranges would need more than BITMAP_BUCKETS bitmaps, all
+        positions are grouped."""
         from pyspark.sql import functions as F
 
-        by_start = Window.partitionBy("in_history", "log_partition").orderBy(
-            "min_offset", "max_offset"
-        )
-        doubtful = (
-            self._runs.withColumn("prev_max", F.lag("max_offset").over(by_start))
-            .filter(
-                ~F.col("ordered")
-                | F.col("log_partition").isNull()
-                | (F.col("prev_max") >= F.col("min_offset"))
-            )
-            .limit(1)
-            .count()
-        )
         positions = recs.select("log_partition", "log_offset", "in_history")
-        if doubtful:
-            return positions
-        sizes = {
-            bool(r["in_history"]): int(r["n"])
-            for r in self._runs.groupBy("in_history").agg(F.sum("records").alias("n")).collect()
-        }
-        keys = ["log_partition", "log_offset"]
-        small = min((False, True), key=lambda h: sizes.get(h, 0))
-        inner = positions.filter(F.col("in_history") == small).select(*keys)
-        outer = positions.filter(F.col("in_history") != small).select(*keys)
-        both = outer.join(F.broadcast(inner) if sizes.get(small, 0) < 1_000_000 else inner, keys)
-        # each file holds such a position once: one copy from the log, one from the history
-        return both.withColumn("in_history", F.lit(False)).unionByName(
-            both.withColumn("in_history", F.lit(True))
+        ranges = (
+            self._shape.groupBy("log_partition")
+            .agg(F.min("min_offset").alias("lo"), F.max("max_offset").alias("hi"))
+            .collect()
         )
+        buckets = sum(
+            2 + (r["hi"] >> 15) - (r["lo"] >> 15) if r["lo"] is not None else 1 for r in ranges
+        )
+        if buckets > BITMAP_BUCKETS:
+            return positions
+        keys = ["log_partition", "bucket"]
+        bucketed = positions.withColumn("bucket", F.bitmap_bucket_number("log_offset"))
+        doubtful = (
+            bucketed.groupBy(*keys)
+            .agg(
+                F.count("*").alias("records"),
+                # a null offset sets no bit: its bucket (null) is doubtful
+                F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position("log_offset"))).alias(
+                    "distinct"
+                ),
+            )
+            .filter(F.col("records") > F.col("distinct"))
+            .select(*keys)
+            .collect()
+        )
+        if not doubtful:
+            return positions.limit(0)
+        d = self.spark.createDataFrame(doubtful, "d_partition int, d_bucket long")
+        # null-safe: a null partition or offset is a bucket of its own
+        on = F.col("log_partition").eqNullSafe(F.col("d_partition")) & F.col("bucket").eqNullSafe(
+            F.col("d_bucket")
+        )
+        return bucketed.join(F.broadcast(d), on, "left_semi").drop("bucket")
 
     # ---- invariants ----------------------------------------------------------------------------
 
