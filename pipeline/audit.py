@@ -679,8 +679,11 @@ class Audit:
         # Each partition's sequence in log order. Records that do not decode (`ok` false) never
         # stand next to a good one: they sort first and a row only looks back at a row with
         # the same `ok`. Partitioning by the partition alone (not by `ok` too) lets the
-        # aggregate below run on the same shuffle as the window.
-        keys = ["group_id", "topic", "partition"]
+        # aggregate below run on the same shuffle as the window. The partition's hash leads
+        # the keys: the sort compares 8-byte prefixes, which group ids sharing their first
+        # bytes ("analytics-00062") leave equal, so almost every comparison read whole rows.
+        commits = commits.withColumn("_h", F.xxhash64("group_id", "topic", "partition"))
+        keys = ["_h", "group_id", "topic", "partition"]
         tp = Window.partitionBy(*keys).orderBy("ok", "log_partition", "log_offset")
         prev_ok = (F.lag("ok").over(tp) == F.col("ok")) & (
             F.lag("tombstone").over(tp) == F.lit(False)
@@ -733,7 +736,7 @@ class Audit:
             F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
             F.count(F.when(flagged, 1)).alias("_flagged"),
         )
-        self._commit_partitions = self.persist(per_partition)
+        self._commit_partitions = self.persist(per_partition.drop("_h"))
         # the rows an invariant reports: none in a healthy log, so the commits are only read
         # again (and filtered in the JVM) when the counts say there are some
         n_flagged = int(self._commit_partitions.agg(F.sum("_flagged")).collect()[0][0] or 0)
