@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from app.group.records import RecordType
 from pipeline.decode import (
     INPUT_COLUMNS,
@@ -177,7 +179,7 @@ class Audit:
                 commits = self._commits(recs, records)
                 activity = self._commit_activity(commits)
             with progress(self.spark, "invariants"):
-                invariants = self._invariants(recs, members, records, commits)
+                invariants = self._invariants(recs, members, records)
             with progress(self.spark, "per-group summary"):
                 self._group_summary(gens, activity)
         finally:
@@ -739,7 +741,9 @@ class Audit:
         self._commit_partitions = self.persist(per_partition.drop("_h"))
         # the rows an invariant reports: none in a healthy log, so the commits are only read
         # again (and filtered in the JVM) when the counts say there are some
-        n_flagged = int(self._commit_partitions.agg(F.sum("_flagged")).collect()[0][0] or 0)
+        flagged_checked = self._commit_partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
+        n_flagged = int(flagged_checked[0] or 0)
+        self._commits_checked = int(flagged_checked[1] or 0)
         flagged_rows = commits.filter(flagged) if n_flagged else commits.limit(0)
         self._bad_offsets = flagged_rows.filter(~F.col("ok"))
         self._offset_violations = flagged_rows.filter(F.col("violation"))
@@ -790,7 +794,14 @@ class Audit:
         )
         if not doubtful:
             return positions.limit(0)
-        d = self.spark.createDataFrame(doubtful, "d_partition int, d_bucket long")
+        d = self.spark.createDataFrame(
+            pa.table(
+                {
+                    "d_partition": pa.array([r["log_partition"] for r in doubtful], pa.int32()),
+                    "d_bucket": pa.array([r["bucket"] for r in doubtful], pa.int64()),
+                }
+            )
+        )
         # null-safe: a null partition or offset is a bucket of its own
         on = F.col("log_partition").eqNullSafe(F.col("d_partition")) & F.col("bucket").eqNullSafe(
             F.col("d_bucket")
@@ -799,9 +810,7 @@ class Audit:
 
     # ---- invariants ----------------------------------------------------------------------------
 
-    def _invariants(
-        self, recs: Any, members: Any, records: Any, commits: Any
-    ) -> list[dict[str, Any]]:
+    def _invariants(self, recs: Any, members: Any, records: Any) -> list[dict[str, Any]]:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -881,9 +890,7 @@ class Audit:
         )
 
         # committed offsets never go backwards within a generation (resets excepted)
-        checked["offsets_monotonic_within_generation"] = int(
-            commits.agg(F.sum("_checked")).collect()[0][0] or 0
-        )
+        checked["offsets_monotonic_within_generation"] = self._commits_checked
         found.append(
             v(
                 self._offset_violations,
@@ -1031,7 +1038,9 @@ class Audit:
             )
             status = "ok" if n == 0 else f"VIOLATED {n:,} times"
             log(f"  invariant {name}: {status} ({n_checked[name]:,} checked)")
-        self.write("invariants", self.spark.createDataFrame(summary, _INVARIANT_DDL).coalesce(1))
+        # from Arrow: the JVM reads the rows itself, where a list would start a Python worker
+        table = pa.Table.from_pylist(summary, schema=_INVARIANT_SCHEMA)
+        self.write("invariants", self.spark.createDataFrame(table).coalesce(1))
         return summary
 
     # ---- per group ---------------------------------------------------------------------------
@@ -1116,9 +1125,15 @@ _RECORD_COLUMNS = {
     "dynamic_members",
 }
 
-_INVARIANT_DDL = (
-    "invariant string, description string, checked long, violations long, ok boolean, "
-    "examples array<string>"
+_INVARIANT_SCHEMA = pa.schema(
+    [
+        ("invariant", pa.string()),
+        ("description", pa.string()),
+        ("checked", pa.int64()),
+        ("violations", pa.int64()),
+        ("ok", pa.bool_()),
+        ("examples", pa.list_(pa.string())),
+    ]
 )
 
 
