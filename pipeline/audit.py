@@ -34,6 +34,7 @@ from app.group.records import RecordType
 from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
+    OFFSET_INPUT_COLUMNS,
     REGISTRATION_SCHEMA,
     decode_group_batches,
     decode_offsets,
@@ -635,8 +636,21 @@ class Audit:
         off = (
             decode_offsets(
                 recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value).select(
-                    *INPUT_COLUMNS
-                )
+                    *OFFSET_INPUT_COLUMNS
+                ),
+                columns=[
+                    "log_partition",
+                    "log_offset",
+                    "group_id",
+                    "topic",
+                    "partition",
+                    "tombstone",
+                    "committed_offset",
+                    "commit_timestamp_ms",
+                    "source",
+                    "key_ok",
+                    "value_ok",
+                ],
             )
             .withColumn("ok", F.col("key_ok") & F.col("value_ok"))
             .select(

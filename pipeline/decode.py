@@ -61,6 +61,8 @@ MEMBER_SCHEMA = pa.schema(
 )
 
 INPUT_COLUMNS = ["log_partition", "log_offset", "append_time_ms", "in_history", "key", "value"]
+# what the offset-commit decoders read (they never look at `in_history`)
+OFFSET_INPUT_COLUMNS = ["log_partition", "log_offset", "append_time_ms", "key", "value"]
 
 
 def _version(value: bytes) -> int | None:
@@ -313,7 +315,8 @@ def _strings(data: Any, starts: Any, lens: Any) -> pa.Array:
     ).cast(pa.string())
 
 
-def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+def decode_offset_batch(batch: pa.RecordBatch, columns: list[str] | None = None) -> pa.RecordBatch:
+    """OFFSET_SCHEMA rows, or only `columns` of them."""
     import numpy as np
 
     kd, ks, kl, _ = _binary_parts(batch.column("key"))
@@ -340,7 +343,7 @@ def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     def col(values: Any, typ: pa.DataType) -> pa.Array:
         return pa.array(values, type=typ, mask=dead)
 
-    return pa.RecordBatch.from_arrays(
+    out = pa.RecordBatch.from_arrays(
         [
             batch.column("log_partition"),
             batch.column("log_offset"),
@@ -360,13 +363,16 @@ def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
         ],
         schema=OFFSET_SCHEMA,
     )
+    return out if columns is None else out.select(columns)
 
 
-def decode_offset_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows."""
+def decode_offset_batches(
+    batches: Iterator[pa.RecordBatch], columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows (`columns`)."""
     for batch in batches:
         if batch.num_rows:
-            yield decode_offset_batch(batch)
+            yield decode_offset_batch(batch, columns)
 
 
 # ==== offset commits with Spark's own expressions (the audit's decoder) =======================
@@ -468,13 +474,21 @@ def decode_offsets_sql(rows: Any) -> Any:
 OFFSET_DECODER = os.environ.get("AUDIT_OFFSET_DECODER", "arrow")
 
 
-def decode_offsets(rows: Any, method: str | None = None) -> Any:
-    """OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows."""
+def decode_offsets(rows: Any, method: str | None = None, columns: list[str] | None = None) -> Any:
+    """OFFSET_COMMIT rows (OFFSET_INPUT_COLUMNS) -> OFFSET_SCHEMA rows, or only `columns` of them:
+    fewer columns back from the Python workers are fewer values converted on the way."""
     method = method or OFFSET_DECODER
     if method == "sql":
-        return decode_offsets_sql(rows)
+        df = decode_offsets_sql(rows)
+        return df if columns is None else df.select(*columns)
     if method == "arrow":
+        from functools import partial
+
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return rows.mapInArrow(decode_offset_batches, from_arrow_schema(OFFSET_SCHEMA))
+        names = columns or OFFSET_SCHEMA.names
+        schema = pa.schema([OFFSET_SCHEMA.field(c) for c in names])
+        return rows.mapInArrow(
+            partial(decode_offset_batches, columns=columns), from_arrow_schema(schema)
+        )
     raise ValueError(f"unknown offset decoder {method!r} (sql or arrow)")
