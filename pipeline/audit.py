@@ -28,22 +28,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from app.group.records import RecordType
 from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
+    OFFSET_INPUT_COLUMNS,
     REGISTRATION_SCHEMA,
-    SHAPE_COLUMNS,
-    SHAPE_SCHEMA,
     decode_group_batches,
     decode_offsets,
     decode_registration_batches,
-    shape_batches,
 )
 from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
+# bitmaps of 32768 offsets (4 KiB each) the duplicate check may build: 32 MiB, 2^28 offsets
+BITMAP_BUCKETS = 1 << 13
 
 INVARIANTS: dict[str, str] = {
     "generation_never_decreases": "a group's generation never decreases in log order "
@@ -178,7 +180,7 @@ class Audit:
                 commits = self._commits(recs, records)
                 activity = self._commit_activity(commits)
             with progress(self.spark, "invariants"):
-                invariants = self._invariants(recs, members, records, commits)
+                invariants = self._invariants(recs, members, records)
             with progress(self.spark, "per-group summary"):
                 self._group_summary(gens, activity)
         finally:
@@ -208,16 +210,22 @@ class Audit:
         return result
 
     def _input_summary(self, recs: Any) -> Any:
-        """Counts per record type from one narrow pass (`shape_batches`), which also tells
-        whether the log positions are runs that cannot hold a duplicate."""
+        """Counts per record type, file and log partition from one aggregate in the JVM (no
+        Python pass over the whole input); it also keeps each log partition's offset range,
+        which sizes the duplicate check (`_positions`)."""
         from pyspark.sql import functions as F
 
         shape = self.persist(
-            recs.select(*SHAPE_COLUMNS, F.col("value").isNull().alias("tombstone")).mapInArrow(
-                shape_batches, _spark_schema(SHAPE_SCHEMA)
+            recs.groupBy("record_type", "in_history", "log_partition").agg(
+                F.count("*").alias("records"),
+                F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
+                F.min("append_time_ms").alias("first_append_ms"),
+                F.max("append_time_ms").alias("last_append_ms"),
+                F.min("log_offset").alias("min_offset"),
+                F.max("log_offset").alias("max_offset"),
             )
         )
-        self._runs = shape.filter(F.col("run"))
+        self._shape = shape
         kind = (
             F.when(F.col("record_type") == RecordType.GROUP_METADATA.value, "group_metadata")
             .when(F.col("record_type") == RecordType.OFFSET_COMMIT.value, "offset_commit")
@@ -228,8 +236,7 @@ class Audit:
             .otherwise("unknown")
         )
         return (
-            shape.filter(~F.col("run"))
-            .groupBy("record_type", kind.alias("kind"), "in_history")
+            shape.groupBy("record_type", kind.alias("kind"), "in_history")
             .agg(
                 F.sum("records").alias("records"),
                 F.sum("tombstones").alias("tombstones"),
@@ -629,8 +636,21 @@ class Audit:
         off = (
             decode_offsets(
                 recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value).select(
-                    *INPUT_COLUMNS
-                )
+                    *OFFSET_INPUT_COLUMNS
+                ),
+                columns=[
+                    "log_partition",
+                    "log_offset",
+                    "group_id",
+                    "topic",
+                    "partition",
+                    "tombstone",
+                    "committed_offset",
+                    "commit_timestamp_ms",
+                    "source",
+                    "key_ok",
+                    "value_ok",
+                ],
             )
             .withColumn("ok", F.col("key_ok") & F.col("value_ok"))
             .select(
@@ -675,8 +695,11 @@ class Audit:
         # Each partition's sequence in log order. Records that do not decode (`ok` false) never
         # stand next to a good one: they sort first and a row only looks back at a row with
         # the same `ok`. Partitioning by the partition alone (not by `ok` too) lets the
-        # aggregate below run on the same shuffle as the window.
-        keys = ["group_id", "topic", "partition"]
+        # aggregate below run on the same shuffle as the window. The partition's hash leads
+        # the keys: the sort compares 8-byte prefixes, which group ids sharing their first
+        # bytes ("analytics-00062") leave equal, so almost every comparison read whole rows.
+        commits = commits.withColumn("_h", F.xxhash64("group_id", "topic", "partition"))
+        keys = ["_h", "group_id", "topic", "partition"]
         tp = Window.partitionBy(*keys).orderBy("ok", "log_partition", "log_offset")
         prev_ok = (F.lag("ok").over(tp) == F.col("ok")) & (
             F.lag("tombstone").over(tp) == F.lit(False)
@@ -729,10 +752,12 @@ class Audit:
             F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
             F.count(F.when(flagged, 1)).alias("_flagged"),
         )
-        self._commit_partitions = self.persist(per_partition)
+        self._commit_partitions = self.persist(per_partition.drop("_h"))
         # the rows an invariant reports: none in a healthy log, so the commits are only read
         # again (and filtered in the JVM) when the counts say there are some
-        n_flagged = int(self._commit_partitions.agg(F.sum("_flagged")).collect()[0][0] or 0)
+        flagged_checked = self._commit_partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
+        n_flagged = int(flagged_checked[0] or 0)
+        self._commits_checked = int(flagged_checked[1] or 0)
         flagged_rows = commits.filter(flagged) if n_flagged else commits.limit(0)
         self._bad_offsets = flagged_rows.filter(~F.col("ok"))
         self._offset_violations = flagged_rows.filter(F.col("violation"))
@@ -747,47 +772,59 @@ class Audit:
         return self.write("commit_activity", activity)
 
     def _positions(self, recs: Any) -> Any:
-        """The log positions to group for duplicates. When the runs prove each file (log,
-        history) free of duplicates on its own, only the positions held by both files; else all
-        of them."""
-        from pyspark.sql import Window
+        """The log positions to group for duplicates. One narrow aggregate keeps, per log
+        partition and bucket of 32768 offsets, a bitmap of the offsets seen (Spark's `bitmap_*`
+        functions, 4 KiB a bucket): a position held twice is in a bucket whose records outnumber
+        its bits, and only such buckets' positions are grouped (none in a log without
+        duplicates). When the offset ranges would need more than BITMAP_BUCKETS bitmaps, all
+        positions are grouped."""
         from pyspark.sql import functions as F
 
-        by_start = Window.partitionBy("in_history", "log_partition").orderBy(
-            "min_offset", "max_offset"
-        )
-        doubtful = (
-            self._runs.withColumn("prev_max", F.lag("max_offset").over(by_start))
-            .filter(
-                ~F.col("ordered")
-                | F.col("log_partition").isNull()
-                | (F.col("prev_max") >= F.col("min_offset"))
-            )
-            .limit(1)
-            .count()
-        )
         positions = recs.select("log_partition", "log_offset", "in_history")
-        if doubtful:
-            return positions
-        sizes = {
-            bool(r["in_history"]): int(r["n"])
-            for r in self._runs.groupBy("in_history").agg(F.sum("records").alias("n")).collect()
-        }
-        keys = ["log_partition", "log_offset"]
-        small = min((False, True), key=lambda h: sizes.get(h, 0))
-        inner = positions.filter(F.col("in_history") == small).select(*keys)
-        outer = positions.filter(F.col("in_history") != small).select(*keys)
-        both = outer.join(F.broadcast(inner) if sizes.get(small, 0) < 1_000_000 else inner, keys)
-        # each file holds such a position once: one copy from the log, one from the history
-        return both.withColumn("in_history", F.lit(False)).unionByName(
-            both.withColumn("in_history", F.lit(True))
+        ranges = (
+            self._shape.groupBy("log_partition")
+            .agg(F.min("min_offset").alias("lo"), F.max("max_offset").alias("hi"))
+            .collect()
         )
+        buckets = sum(
+            2 + (r["hi"] >> 15) - (r["lo"] >> 15) if r["lo"] is not None else 1 for r in ranges
+        )
+        if buckets > BITMAP_BUCKETS:
+            return positions
+        keys = ["log_partition", "bucket"]
+        bucketed = positions.withColumn("bucket", F.bitmap_bucket_number("log_offset"))
+        doubtful = (
+            bucketed.groupBy(*keys)
+            .agg(
+                F.count("*").alias("records"),
+                # a null offset sets no bit: its bucket (null) is doubtful
+                F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position("log_offset"))).alias(
+                    "distinct"
+                ),
+            )
+            .filter(F.col("records") > F.col("distinct"))
+            .select(*keys)
+            .collect()
+        )
+        if not doubtful:
+            return positions.limit(0)
+        d = self.spark.createDataFrame(
+            pa.table(
+                {
+                    "d_partition": pa.array([r["log_partition"] for r in doubtful], pa.int32()),
+                    "d_bucket": pa.array([r["bucket"] for r in doubtful], pa.int64()),
+                }
+            )
+        )
+        # null-safe: a null partition or offset is a bucket of its own
+        on = F.col("log_partition").eqNullSafe(F.col("d_partition")) & F.col("bucket").eqNullSafe(
+            F.col("d_bucket")
+        )
+        return bucketed.join(F.broadcast(d), on, "left_semi").drop("bucket")
 
     # ---- invariants ----------------------------------------------------------------------------
 
-    def _invariants(
-        self, recs: Any, members: Any, records: Any, commits: Any
-    ) -> list[dict[str, Any]]:
+    def _invariants(self, recs: Any, members: Any, records: Any) -> list[dict[str, Any]]:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -867,9 +904,7 @@ class Audit:
         )
 
         # committed offsets never go backwards within a generation (resets excepted)
-        checked["offsets_monotonic_within_generation"] = int(
-            commits.agg(F.sum("_checked")).collect()[0][0] or 0
-        )
+        checked["offsets_monotonic_within_generation"] = self._commits_checked
         found.append(
             v(
                 self._offset_violations,
@@ -1017,7 +1052,9 @@ class Audit:
             )
             status = "ok" if n == 0 else f"VIOLATED {n:,} times"
             log(f"  invariant {name}: {status} ({n_checked[name]:,} checked)")
-        self.write("invariants", self.spark.createDataFrame(summary, _INVARIANT_DDL).coalesce(1))
+        # from Arrow: the JVM reads the rows itself, where a list would start a Python worker
+        table = pa.Table.from_pylist(summary, schema=_INVARIANT_SCHEMA)
+        self.write("invariants", self.spark.createDataFrame(table).coalesce(1))
         return summary
 
     # ---- per group ---------------------------------------------------------------------------
@@ -1102,9 +1139,15 @@ _RECORD_COLUMNS = {
     "dynamic_members",
 }
 
-_INVARIANT_DDL = (
-    "invariant string, description string, checked long, violations long, ok boolean, "
-    "examples array<string>"
+_INVARIANT_SCHEMA = pa.schema(
+    [
+        ("invariant", pa.string()),
+        ("description", pa.string()),
+        ("checked", pa.int64()),
+        ("violations", pa.int64()),
+        ("ok", pa.bool_()),
+        ("examples", pa.list_(pa.string())),
+    ]
 )
 
 

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from app.group.consumer_protocol import decode_assignment, decode_subscription
 from app.group.records import decode_group_key, decode_group_value, decode_registration_value
@@ -62,6 +61,8 @@ MEMBER_SCHEMA = pa.schema(
 )
 
 INPUT_COLUMNS = ["log_partition", "log_offset", "append_time_ms", "in_history", "key", "value"]
+# what the offset-commit decoders read (they never look at `in_history`)
+OFFSET_INPUT_COLUMNS = ["log_partition", "log_offset", "append_time_ms", "key", "value"]
 
 
 def _version(value: bytes) -> int | None:
@@ -314,7 +315,8 @@ def _strings(data: Any, starts: Any, lens: Any) -> pa.Array:
     ).cast(pa.string())
 
 
-def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+def decode_offset_batch(batch: pa.RecordBatch, columns: list[str] | None = None) -> pa.RecordBatch:
+    """OFFSET_SCHEMA rows, or only `columns` of them."""
     import numpy as np
 
     kd, ks, kl, _ = _binary_parts(batch.column("key"))
@@ -341,7 +343,7 @@ def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     def col(values: Any, typ: pa.DataType) -> pa.Array:
         return pa.array(values, type=typ, mask=dead)
 
-    return pa.RecordBatch.from_arrays(
+    out = pa.RecordBatch.from_arrays(
         [
             batch.column("log_partition"),
             batch.column("log_offset"),
@@ -361,13 +363,16 @@ def decode_offset_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
         ],
         schema=OFFSET_SCHEMA,
     )
+    return out if columns is None else out.select(columns)
 
 
-def decode_offset_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows."""
+def decode_offset_batches(
+    batches: Iterator[pa.RecordBatch], columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows (`columns`)."""
     for batch in batches:
         if batch.num_rows:
-            yield decode_offset_batch(batch)
+            yield decode_offset_batch(batch, columns)
 
 
 # ==== offset commits with Spark's own expressions (the audit's decoder) =======================
@@ -469,125 +474,21 @@ def decode_offsets_sql(rows: Any) -> Any:
 OFFSET_DECODER = os.environ.get("AUDIT_OFFSET_DECODER", "arrow")
 
 
-def decode_offsets(rows: Any, method: str | None = None) -> Any:
-    """OFFSET_COMMIT rows (INPUT_COLUMNS) -> OFFSET_SCHEMA rows."""
+def decode_offsets(rows: Any, method: str | None = None, columns: list[str] | None = None) -> Any:
+    """OFFSET_COMMIT rows (OFFSET_INPUT_COLUMNS) -> OFFSET_SCHEMA rows, or only `columns` of them:
+    fewer columns back from the Python workers are fewer values converted on the way."""
     method = method or OFFSET_DECODER
     if method == "sql":
-        return decode_offsets_sql(rows)
+        df = decode_offsets_sql(rows)
+        return df if columns is None else df.select(*columns)
     if method == "arrow":
+        from functools import partial
+
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return rows.mapInArrow(decode_offset_batches, from_arrow_schema(OFFSET_SCHEMA))
+        names = columns or OFFSET_SCHEMA.names
+        schema = pa.schema([OFFSET_SCHEMA.field(c) for c in names])
+        return rows.mapInArrow(
+            partial(decode_offset_batches, columns=columns), from_arrow_schema(schema)
+        )
     raise ValueError(f"unknown offset decoder {method!r} (sql or arrow)")
-
-
-# ==== the input's shape in one narrow pass: summary counts and log-position runs ==============
-# One row per batch and (record type, in history, log partition) with its counts, and one run
-# row per batch, log partition and file (log or history) with the range of its offsets and
-# whether they strictly increase in the batch (`ordered`). Within one file, positions are unique
-# when every run is ordered and no two runs of a partition overlap: the audit checks that on
-# these few rows, then looks for a position held by both files with a join on the smaller one
-# (an export writes each file in log order). Otherwise it groups all positions, as before.
-
-SHAPE_COLUMNS = ["log_partition", "log_offset", "record_type", "in_history", "append_time_ms"]
-
-SHAPE_SCHEMA = pa.schema(
-    [
-        ("run", pa.bool_()),  # false: a count row, true: a run row
-        ("record_type", pa.int16()),
-        ("in_history", pa.bool_()),
-        ("log_partition", pa.int32()),
-        ("records", pa.int64()),  # rows counted, or in the run
-        ("tombstones", pa.int64()),
-        ("first_append_ms", pa.int64()),
-        ("last_append_ms", pa.int64()),
-        ("min_offset", pa.int64()),
-        ("max_offset", pa.int64()),
-        ("ordered", pa.bool_()),
-    ]
-)
-
-
-def _shape_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    import numpy as np
-
-    t = pa.Table.from_batches([batch])
-    counts = t.group_by(
-        ["record_type", "in_history", "log_partition"], use_threads=False
-    ).aggregate(
-        [
-            ("log_offset", "count", pc.CountOptions(mode="all")),
-            ("tombstone", "sum"),
-            ("append_time_ms", "min"),
-            ("append_time_ms", "max"),
-        ]
-    )
-    n = counts.num_rows
-    lp_col = batch.column("log_partition")
-    lo_col = batch.column("log_offset")
-    hist_col = batch.column("in_history")
-    runs_hist: list[bool | None] = []
-    runs_lp: list[int | None] = []
-    runs_min: list[int | None] = []
-    runs_max: list[int | None] = []
-    runs_ok: list[bool] = []
-    runs_n: list[int] = []
-    if lp_col.null_count or lo_col.null_count or hist_col.null_count:
-        # no position: never "ordered"
-        runs_hist, runs_lp, runs_min, runs_max = [None], [None], [None], [None]
-        runs_ok, runs_n = [False], [batch.num_rows]
-    else:
-        lp = lp_col.to_numpy(zero_copy_only=False)
-        lo = lo_col.to_numpy(zero_copy_only=False)
-        hist = hist_col.to_numpy(zero_copy_only=False)
-        run_key = lp.astype(np.int64) * 2 + hist  # (partition, log or history)
-        order = np.argsort(run_key, kind="stable")  # batch order within each run
-        run_key, lp, lo, hist = run_key[order], lp[order], lo[order], hist[order]
-        same = run_key[1:] == run_key[:-1]
-        starts = np.flatnonzero(np.r_[True, ~same])
-        ends = np.r_[starts[1:], len(lp)]
-        step_ok = np.r_[True, (lo[1:] > lo[:-1]) | ~same]
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            runs_hist.append(bool(hist[s]))
-            runs_lp.append(int(lp[s]))
-            runs_min.append(int(lo[s:e].min()))
-            runs_max.append(int(lo[s:e].max()))
-            runs_ok.append(bool(step_ok[s:e].all()))
-            runs_n.append(e - s)
-    k = len(runs_lp)
-    tomb = counts.column("tombstone_sum").cast(pa.int64()).fill_null(0)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([False] * n + [True] * k),
-            pa.concat_arrays(
-                [counts.column("record_type").combine_chunks(), pa.nulls(k, pa.int16())]
-            ),
-            pa.concat_arrays(
-                [counts.column("in_history").combine_chunks(), pa.array(runs_hist, pa.bool_())]
-            ),
-            pa.concat_arrays(
-                [counts.column("log_partition").combine_chunks(), pa.array(runs_lp, pa.int32())]
-            ),
-            pa.concat_arrays(
-                [counts.column("log_offset_count").combine_chunks(), pa.array(runs_n, pa.int64())]
-            ),
-            pa.concat_arrays([tomb.combine_chunks(), pa.nulls(k, pa.int64())]),
-            pa.concat_arrays(
-                [counts.column("append_time_ms_min").combine_chunks(), pa.nulls(k, pa.int64())]
-            ),
-            pa.concat_arrays(
-                [counts.column("append_time_ms_max").combine_chunks(), pa.nulls(k, pa.int64())]
-            ),
-            pa.concat_arrays([pa.nulls(n, pa.int64()), pa.array(runs_min, pa.int64())]),
-            pa.concat_arrays([pa.nulls(n, pa.int64()), pa.array(runs_max, pa.int64())]),
-            pa.concat_arrays([pa.nulls(n, pa.bool_()), pa.array(runs_ok, pa.bool_())]),
-        ],
-        schema=SHAPE_SCHEMA,
-    )
-
-
-def shape_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: SHAPE_COLUMNS + `tombstone` rows -> SHAPE_SCHEMA rows."""
-    for batch in batches:
-        if batch.num_rows:
-            yield _shape_batch(batch)

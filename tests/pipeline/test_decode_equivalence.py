@@ -25,7 +25,7 @@ from app.group.records import (
 )
 from pipeline import decode
 from pipeline.audit import read_log, run_audit
-from pipeline.decode import INPUT_COLUMNS, OFFSET_SCHEMA, decode_offsets
+from pipeline.decode import INPUT_COLUMNS, OFFSET_INPUT_COLUMNS, OFFSET_SCHEMA, decode_offsets
 from pipeline.generate import generate
 
 COLUMNS = [f.name for f in OFFSET_SCHEMA]
@@ -106,6 +106,22 @@ def test_decoders_match_the_reference_codec_on_a_generated_log(spark: Any, gener
             decode_group_value(r["value"])
         if r["value"] is not None and r["record_type"] == RecordType.STATIC_REGISTRATION.value:
             decode_registration_value(r["value"])
+
+
+def test_decoders_give_the_same_values_when_asked_for_fewer_columns(
+    spark: Any, generated: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    commits = read_log(spark, str(generated)).filter(
+        F.col("record_type") == RecordType.OFFSET_COMMIT.value
+    )
+    cols = ["log_partition", "log_offset", "topic", "committed_offset", "source", "value_ok"]
+    for method in ("arrow", "sql"):
+        full = _decoded(spark, commits, method)
+        fewer = decode_offsets(commits.select(*OFFSET_INPUT_COLUMNS), method, cols).collect()
+        assert fewer and all(r.asDict() == {c: full[r[0], r[1]][c] for c in cols} for r in fewer)
+        assert len(fewer) == len(full)
 
 
 def test_decoders_agree_on_records_cut_short(spark: Any) -> None:
