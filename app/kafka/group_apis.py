@@ -203,11 +203,22 @@ def kio_join_group(resp: JoinGroupResponse, version: int) -> Any:
     )
 
 
-class JoinGroupCall:
-    """A JoinGroup as a WriteCall (app/kafka/context.py): `handle_join_group` without its
-    context (the connection's path when no ACLs apply)."""
+class _ResponseCall:
+    """A WriteCall (app/kafka/context.py) whose future holds the core's response, or the error
+    to answer in the API's shape."""
 
     __slots__ = ("future", "response")
+    future: asyncio.Future[Any] | None
+    response: Any
+
+    def settle(self, fut: asyncio.Future[Any]) -> None:
+        self.response = fut.result()
+
+
+class JoinGroupCall(_ResponseCall):
+    """`handle_join_group` without its context (the connection's path when no ACLs apply)."""
+
+    __slots__ = ()
 
     def __init__(self, service: CoordinatorService, req: JoinGroupRequest, version: int) -> None:
         require_group_id(req.group_id)
@@ -218,9 +229,6 @@ class JoinGroupCall:
             lambda core, h, now: core.join_group(h, req, now),
             creates_group=True,
         )
-
-    def settle(self, fut: asyncio.Future[Any]) -> None:
-        self.response = fut.result()
 
     def reply(self, version: int) -> Any:
         assert self.response is not None
@@ -265,17 +273,20 @@ def encode_sync_group(resp: SyncGroupResponse, version: int) -> bytes:
     return sync_group_body(resp, version)
 
 
-class SyncGroupCall:
-    """A SyncGroup as a WriteCall (app/kafka/context.py): `handle_sync_group` without its
-    context (the connection's path when no ACLs apply)."""
+def _lacks_protocol(req: SyncGroupRequest, version: int) -> bool:
+    # protocol.md §6.1 (KafkaApis): v5+ must carry both; answered before the coordinator
+    return version >= 5 and (req.protocol_type is None or req.protocol_name is None)
 
-    __slots__ = ("future", "response")
+
+class SyncGroupCall(_ResponseCall):
+    """`handle_sync_group` without its context (the connection's path when no ACLs apply)."""
+
+    __slots__ = ()
 
     def __init__(self, service: CoordinatorService, req: SyncGroupRequest, version: int) -> None:
         self.response: SyncGroupResponse | None = None
         self.future: asyncio.Future[Any] | None = None
-        if version >= 5 and (req.protocol_type is None or req.protocol_name is None):
-            # protocol.md §6.1 (KafkaApis): v5+ must carry both; answered before the coordinator
+        if _lacks_protocol(req, version):
             self.response = SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL)
             return
         require_group_id(req.group_id)
@@ -287,9 +298,6 @@ class SyncGroupCall:
             Error.REBALANCE_IN_PROGRESS,
         )
 
-    def settle(self, fut: asyncio.Future[Any]) -> None:
-        self.response = fut.result()
-
     def reply(self, version: int) -> bytes:
         assert self.response is not None
         return encode_sync_group(self.response, version)
@@ -298,7 +306,7 @@ class SyncGroupCall:
 async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
     # kio's entity, or the internal request app/kafka/hot_group.py read
     internal = req if isinstance(req, SyncGroupRequest) else decode_sync_group(req)
-    if ctx.api_version >= 5 and (internal.protocol_type is None or internal.protocol_name is None):
+    if _lacks_protocol(internal, ctx.api_version):  # before the ACL check, as Kafka
         return SyncGroupCall(ctx.service, internal, ctx.api_version).reply(ctx.api_version)
     authorize_group(ctx, OP_READ, internal.group_id)
     return await serve_call(SyncGroupCall(ctx.service, internal, ctx.api_version), ctx.api_version)

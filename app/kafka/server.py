@@ -401,9 +401,7 @@ class KafkaConnection(asyncio.Protocol):
                     call.settle(fut)
                     fut = None
                 result = call.reply(entry.version)
-        except asyncio.CancelledError:  # settling a cancelled future: as a parked handler's
-            fut, result = None, self._error_result(entry, None, body, None)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # a cancelled future's too
             fut, result = None, self._error_result(entry, None, body, exc)
         if fut is not None:  # waits for the core or its write, in its place in the output
             slot = _Slot()
@@ -568,9 +566,7 @@ class KafkaConnection(asyncio.Protocol):
     ) -> None:
         """A parked request's outcome into its slot: the handler's result, or the exception it
         raised (its cancellation included), answered in the API's error shape."""
-        if isinstance(exc, asyncio.CancelledError):
-            result = self._error_result(entry, ctx, body, None)
-        elif exc is not None:
+        if exc is not None:
             result = self._error_result(entry, ctx, body, exc)
         if self._closing:
             return
@@ -590,13 +586,14 @@ class KafkaConnection(asyncio.Protocol):
     ) -> Any:
         """The reply for a handler that raised, in the API's own shape (None when it has
         none): the one place exceptions become Kafka errors. `CoordinatorError` carries the
-        error to answer (a group not served here); anything else is UNKNOWN_SERVER_ERROR.
-        `ctx` None: a request served without one (`_start`); one is made here."""
+        error to answer (a group not served here); anything else is UNKNOWN_SERVER_ERROR, logged
+        unless it is a cancellation. `ctx` None: a request served without one (`_start`); one
+        is made here."""
         if isinstance(exc, CoordinatorError):
             error = exc.error
         else:
             error = Error.UNKNOWN_SERVER_ERROR
-            if exc is not None:
+            if exc is not None and not isinstance(exc, asyncio.CancelledError):
                 log.error(
                     "%s v%d from %s failed",
                     entry.api.name,
