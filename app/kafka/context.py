@@ -81,7 +81,7 @@ class WriteCall(Protocol):
     future: asyncio.Future[Any] | None  # None: answered without a write
 
     def settle(self, fut: asyncio.Future[Any]) -> None:
-        """Take `future`'s outcome; raise what awaiting it in the handler would raise."""
+        """Take `future`'s outcome, or raise the error to answer in the API's shape."""
 
     def reply(self, version: int) -> HandlerResult:
         """The reply, as the handler returns it."""
