@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from storage.engine import create_engine, sqlite_file, write_engine
 from storage.errors import StorageError, translate_errors
 from storage.migrate import upgrade_async
 from storage.pg_append import PgAppender
-from storage.sqlite_thread import SqliteThread
+from storage.sqlite_thread import SqliteThread, WalCheckpointer
 from storage.statements import Statements, Txn, run_async, run_sqlite3
 
 T = TypeVar("T")
@@ -33,13 +34,14 @@ def wall_clock_ms() -> int:
 class Database:
     """The SQLAlchemy engine, and on a SQLite file the two sqlite3 threads of the hot paths
     (None on PostgreSQL and for in-memory databases, which a second connection would not
-    see): `sqlite_writer` for appends and lease renewals, `sqlite_reader` for loads. On
+    see): `sqlite_writer` for appends and lease renewals, `sqlite_reader` for loads, and the
+    `checkpointer` that keeps checkpoints out of their commits. On
     PostgreSQL, `pg_appender` runs appends in one round trip on a connection of its own."""
 
     def __init__(
         self,
         engine: AsyncEngine,
-        sqlite_threads: tuple[SqliteThread, SqliteThread] | None,
+        sqlite_threads: tuple[SqliteThread, SqliteThread, WalCheckpointer] | None,
         connect_args: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
@@ -47,8 +49,10 @@ class Database:
         self.sql = Statements(engine.dialect)
         self.sqlite_writer: SqliteThread | None = None
         self.sqlite_reader: SqliteThread | None = None
+        self.checkpointer: WalCheckpointer | None = None
         if sqlite_threads is not None:
-            self.sqlite_writer, self.sqlite_reader = sqlite_threads
+            self.sqlite_writer, self.sqlite_reader, self.checkpointer = sqlite_threads
+            self.checkpointer.start()
         self._writes = write_engine(engine)
         self.pg_appender = PgAppender(engine, connect_args or {}) if self.pg else None
 
@@ -91,12 +95,15 @@ class Database:
         threads = (
             SqliteThread(path, busy_timeout_ms, write=True),
             SqliteThread(path, busy_timeout_ms, write=False),
+            WalCheckpointer(path, busy_timeout_ms),
         )
         return cls(engine, threads)
 
     async def close(self) -> None:
         if self.pg_appender is not None:
             await self.pg_appender.close()
+        if self.checkpointer is not None:
+            await asyncio.to_thread(self.checkpointer.stop)
         for thread in (self.sqlite_writer, self.sqlite_reader):
             if thread is not None:
                 await thread.close()

@@ -1,18 +1,28 @@
-"""A dedicated thread with its own sqlite3 connection, for the SQLite hot paths."""
+"""Dedicated threads with their own sqlite3 connections: the SQLite hot paths, and the WAL's
+checkpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import sqlite3
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 from storage import errors
+from storage.engine import configure_sqlite
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# how often the WalCheckpointer looks for frames to copy: the WAL a burst of writes leaves
+# behind is copied within this, and the log restarts from its beginning at the next write
+CHECKPOINT_INTERVAL_S = 0.25
 
 
 class SqliteThread:
@@ -39,13 +49,7 @@ class SqliteThread:
 
     def _connection(self) -> sqlite3.Connection:  # on this instance's thread only
         if self._conn is None:
-            conn = sqlite3.connect(
-                self._path, timeout=self._busy_timeout_s, isolation_level=None,
-                check_same_thread=False,
-            )  # fmt: skip
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            self._conn = conn
+            self._conn = _connect(self._path, self._busy_timeout_s)
         return self._conn
 
     def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -82,3 +86,59 @@ class SqliteThread:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, shut)
         self._executor.shutdown(wait=True)
+
+
+def _connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+    )
+    configure_sqlite(conn, int(busy_timeout_s * 1000))
+    return conn
+
+
+class WalCheckpointer:
+    """Copies the WAL's frames into the database file from a thread and connection of its own,
+    every `interval_s` (PRAGMA wal_checkpoint(PASSIVE): it waits for no reader or writer), so
+    that no commit waits for a checkpoint (storage/engine.py WAL_AUTOCHECKPOINT_PAGES). The
+    copy and its fsync run while the writer goes on appending to the log."""
+
+    def __init__(
+        self, path: Path, busy_timeout_ms: int, interval_s: float = CHECKPOINT_INTERVAL_S
+    ) -> None:
+        self._path = path
+        self._busy_timeout_s = busy_timeout_ms / 1000
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sqlite-checkpointer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread (a checkpoint in progress finishes first). Blocking: call it from a
+        thread that may wait, e.g. via `asyncio.to_thread`."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        failing = False
+        try:
+            while not self._stop.wait(self._interval_s):
+                try:
+                    if conn is None:
+                        conn = _connect(self._path, self._busy_timeout_s)
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    failing = False
+                except sqlite3.Error as e:
+                    # the writers' own bound still holds; try again next round
+                    if not failing:
+                        log.warning("checkpointing %s failed: %s", self._path, e)
+                    failing = True
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+        finally:
+            if conn is not None:
+                conn.close()
