@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import sqlite3
@@ -63,9 +64,10 @@ class Figure:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence: the smallest value with
+    at least q% of the values at or below it."""
     s = sorted(values)
-    k = max(0, min(len(s) - 1, round(q / 100 * len(s) + 0.5) - 1))
+    k = max(0, min(len(s) - 1, math.ceil(q * len(s) / 100) - 1))
     return s[k]
 
 
