@@ -21,6 +21,18 @@ if TYPE_CHECKING:
     from app.group.results import Result
 
 T = TypeVar("T")
+
+
+class ReplyWaiter(Protocol):
+    """Where a scheduled write's reply is delivered: an asyncio future, or what an edge makes
+    to be called back at once (app/kafka/context.py DirectReply)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any, /) -> None: ...
+
+
+W = TypeVar("W", bound=ReplyWaiter)
 # A write: (core, request handle, now ms) -> Result; its reply is delivered for the handle.
 GroupWrite = Callable[["GroupCoordinator", int, int], "Result"]
 # A read: (core, now ms) -> the answer. It may move timers (a heartbeat), never the log.
@@ -103,6 +115,19 @@ class CoordinatorService(Protocol):
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
         creates_group: bool = False,
     ) -> asyncio.Future[Any]: ...
+
+    def schedule_write_into(
+        self,
+        into: W,
+        name: str,
+        group_id: str,
+        op: GroupWrite,
+        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+        creates_group: bool = False,
+    ) -> W:
+        """`schedule_write`, delivering the reply into `into` (returned) instead of a new
+        asyncio future."""
+        ...
 
     def schedule_read(
         self,

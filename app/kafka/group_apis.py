@@ -33,7 +33,7 @@ from app.group.messages import (
 )
 from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
-from app.kafka.context import Api, RequestContext, serve_call
+from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
 from app.kafka.group_replies import join_group_body, sync_group_body
 from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
 from app.service import CoordinatorError, CoordinatorService
@@ -208,10 +208,10 @@ class _ResponseCall:
     to answer in the API's shape."""
 
     __slots__ = ("future", "response")
-    future: asyncio.Future[Any] | None
+    future: Pending | None
     response: Any
 
-    def settle(self, fut: asyncio.Future[Any]) -> None:
+    def settle(self, fut: Pending) -> None:
         self.response = fut.result()
 
 
@@ -220,10 +220,18 @@ class JoinGroupCall(_ResponseCall):
 
     __slots__ = ()
 
-    def __init__(self, service: CoordinatorService, req: JoinGroupRequest, version: int) -> None:
+    def __init__(
+        self,
+        service: CoordinatorService,
+        req: JoinGroupRequest,
+        version: int,
+        into: DirectReply | None = None,
+    ) -> None:
         require_group_id(req.group_id)
         self.response: JoinGroupResponse | None = None
-        self.future: asyncio.Future[Any] | None = service.schedule_write(
+        self.future: Pending | None = schedule(
+            service,
+            into,
             "JoinGroup",
             req.group_id,
             lambda core, h, now: core.join_group(h, req, now),
@@ -283,14 +291,22 @@ class SyncGroupCall(_ResponseCall):
 
     __slots__ = ()
 
-    def __init__(self, service: CoordinatorService, req: SyncGroupRequest, version: int) -> None:
+    def __init__(
+        self,
+        service: CoordinatorService,
+        req: SyncGroupRequest,
+        version: int,
+        into: DirectReply | None = None,
+    ) -> None:
         self.response: SyncGroupResponse | None = None
-        self.future: asyncio.Future[Any] | None = None
+        self.future: Pending | None = None
         if _lacks_protocol(req, version):
             self.response = SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL)
             return
         require_group_id(req.group_id)
-        self.future = service.schedule_write(
+        self.future = schedule(
+            service,
+            into,
             "SyncGroup",
             req.group_id,
             lambda core, h, now: core.sync_group(h, req, now),

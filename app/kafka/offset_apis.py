@@ -4,7 +4,6 @@ the internal types of `app.group.messages`, in the shape of `group_apis.py` (pro
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from app.group.messages import (
     PartitionResult,
 )
 from app.kafka.codec import build, group_by_topic, ms, response_class
-from app.kafka.context import Api, RequestContext, serve_call
+from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
 from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
 from app.kafka.group_replies import offset_commit_body
 from app.kafka.hot_group import OffsetCommitWire
@@ -147,16 +146,19 @@ class OffsetCommitCall:
         service: CoordinatorService,
         wire: OffsetCommitWire,
         _version: int = 0,  # unused: the wire carries its version (WriteStarter's shape)
+        into: DirectReply | None = None,
         readable: Callable[[str], bool] = _everything,
     ) -> None:
         internal, refused = decode_offset_commit(wire, service.topics, readable)
         self.wire = wire
         self.results = {(r.topic, r.partition): r.error for r in refused}
         self.partitions = internal.partitions
-        self.future: asyncio.Future[Any] | None = None
+        self.future: Pending | None = None
         if internal.partitions:
             try:
-                self.future = service.schedule_write(
+                self.future = schedule(
+                    service,
+                    into,
                     "OffsetCommit",
                     internal.group_id,
                     lambda core, h, now: core.offset_commit(h, internal, now),
@@ -173,7 +175,7 @@ class OffsetCommitCall:
     def answered(self, resp: Any) -> None:
         self.results.update({(r.topic, r.partition): r.error for r in resp.partitions})
 
-    def settle(self, fut: asyncio.Future[Any]) -> None:
+    def settle(self, fut: Pending) -> None:
         """`future`'s outcome: a CoordinatorError answers with its error every partition that
         reached the core (those refused at the edge keep their own); any other exception (or
         the cancellation) is raised, for the caller's UNKNOWN_SERVER_ERROR reply."""

@@ -29,7 +29,9 @@ from app.kafka.apis import (
 from app.kafka.context import (
     NO_RESPONSE,
     AsyncHandler,
+    DirectReply,
     HandlerResult,
+    Pending,
     RequestContext,
     WriteCall,
     WriteStarter,
@@ -392,7 +394,7 @@ class KafkaConnection(asyncio.Protocol):
         """A hot-read group write when no ACLs apply: the API's WriteCall, with a callback on
         its future in place of a parked handler coroutine (app/kafka/context.py)."""
         try:
-            call = start(self._service, body, entry.version)
+            call = start(self._service, body, entry.version, DirectReply())
             fut = call.future
             if fut is None or fut.done():
                 # answered at the edge, or by the core at once (a join that completes the
@@ -406,6 +408,8 @@ class KafkaConnection(asyncio.Protocol):
         if fut is not None:  # waits for the core or its write, in its place in the output
             slot = _Slot()
             self._slots.append(slot)
+            # called back from the runtime's delivery, another request's processing included
+            # (the JoinGroup that completes a rebalance answers every member)
             fut.add_done_callback(
                 functools.partial(self._settled, slot, entry, body, call, correlation_id)
             )
@@ -422,7 +426,7 @@ class KafkaConnection(asyncio.Protocol):
         body: Any,
         call: WriteCall,
         correlation_id: int,
-        fut: asyncio.Future[Any],
+        fut: Pending,
     ) -> None:
         try:
             call.settle(fut)

@@ -95,6 +95,7 @@ class CoordinatorNode:
         self._tasks: list[asyncio.Task[None]] = []
         # the service's group operations are the runtime's own
         self.schedule_write = self.runtime.schedule_write
+        self.schedule_write_into = self.runtime.schedule_write_into
         self.schedule_read = self.runtime.schedule_read
         self.heartbeat = self.runtime.heartbeat
         self.read_all = self.runtime.read_all

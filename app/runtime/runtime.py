@@ -27,7 +27,7 @@ from app.group.coordinator import GroupCoordinator
 from app.group.messages import NO_ERROR, Error
 from app.group.results import AppendFailure, Continuation, Reply, Result
 from app.runtime.placement import CACHED_ID_LENGTH, cached_partition_for, partition_for
-from app.service import CoordinatorError, GroupRead, GroupWrite
+from app.service import CoordinatorError, GroupRead, GroupWrite, ReplyWaiter, W
 from storage.errors import FencedError, RecordTooLarge, StorageError, WriterBusy
 from storage.writer import LogWriter
 
@@ -104,8 +104,8 @@ class CoordinatorRuntime:
         self._handles = itertools.count(1)
         # cached: on Python 3.11 each asyncio.get_running_loop() costs a getpid() syscall
         self._loop: asyncio.AbstractEventLoop | None = None
-        # handle -> (the waiting request's future, its operation's histogram, start time)
-        self._waiting: dict[int, tuple[asyncio.Future[Any], Any, float]] = {}
+        # handle -> (where the waiting request's reply goes, its operation's histogram, start)
+        self._waiting: dict[int, tuple[ReplyWaiter, Any, float]] = {}
         self._op_seconds = op_seconds or {}  # operation name -> latency histogram
         self.retired_rebalances: dict[str, int] = {}  # counts of unloaded partitions
         self.lease_changes = 0
@@ -153,6 +153,22 @@ class CoordinatorRuntime:
         coroutine: a second coroutine level under every parked request (each commit, each
         JoinGroup and SyncGroup) cost ~0.7 us. `creates_group`: the operation makes an
         unknown group, which the node's bound on groups may refuse (COORD_MAX_GROUPS)."""
+        loop = self._loop or asyncio.get_running_loop()
+        return self.schedule_write_into(
+            loop.create_future(), name, group_id, op, loading_error, creates_group
+        )
+
+    def schedule_write_into(
+        self,
+        into: W,
+        name: str,
+        group_id: str,
+        op: GroupWrite,
+        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
+        creates_group: bool = False,
+    ) -> W:
+        """`schedule_write` delivering into `into`: its `set_result` is called with the reply,
+        possibly before this returns (the core may answer at once)."""
         p = self.route(group_id, loading_error)
         core = p.core
         assert core is not None
@@ -163,16 +179,14 @@ class CoordinatorRuntime:
                     Error.COORDINATOR_NOT_AVAILABLE,
                     f"this node holds {held} groups (COORD_MAX_GROUPS)",
                 )
-        loop = self._loop or asyncio.get_running_loop()
         handle = next(self._handles)
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._waiting[handle] = (fut, self._op_seconds.get(name), time.perf_counter())
+        self._waiting[handle] = (into, self._op_seconds.get(name), time.perf_counter())
         try:
             self.apply(p, op(core, handle, now_ms()))
         except BaseException:
             self._waiting.pop(handle, None)
             raise
-        return fut
+        return into
 
     def schedule_read(
         self,
@@ -278,9 +292,9 @@ class CoordinatorRuntime:
         for handle, response in replies:
             waiting = self._waiting.pop(handle, None)
             if waiting is not None:
-                fut, histogram, started = waiting
-                if not fut.done():
-                    fut.set_result(response)
+                into, histogram, started = waiting
+                if not into.done():  # a future cancelled meanwhile takes nothing
+                    into.set_result(response)
                 if histogram is not None:  # the operation's latency: scheduled -> answered
                     histogram.observe(time.perf_counter() - started)
 

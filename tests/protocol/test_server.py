@@ -255,22 +255,30 @@ def _fail_the_edges_futures(
     monkeypatch: pytest.MonkeyPatch, node: RunningNode, api: str, fault: str
 ) -> None:
     """The core still runs `api`'s requests, but the future the edge waits on is cancelled or
-    failed with something other than a CoordinatorError."""
-    schedule_write = node.node.schedule_write  # the runtime's, bound where the edge calls it
+    failed with something other than a CoordinatorError (the handlers' schedule_write and the
+    lane's schedule_write_into alike)."""
+    # the runtime's, bound where the edge calls them
+    schedule_write, schedule_write_into = node.node.schedule_write, node.node.schedule_write_into
 
-    def failing(name: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-        fut = schedule_write(name, *args, **kwargs)
+    def failed(name: str, scheduled: Any) -> Any:
         if name != api:
-            return fut
+            return scheduled
         # the reply may be there already (a rebalance's join completes at once)
-        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if fault == "cancelled":
-            failed.cancel()
+            fut.cancel()
         else:
-            failed.set_exception(RuntimeError("injected failure of the write's future"))
-        return failed
+            fut.set_exception(RuntimeError("injected failure of the write's future"))
+        return fut
+
+    def failing(name: str, *args: Any, **kwargs: Any) -> Any:
+        return failed(name, schedule_write(name, *args, **kwargs))
+
+    def failing_into(into: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        return failed(name, schedule_write_into(into, name, *args, **kwargs))
 
     monkeypatch.setattr(node.node, "schedule_write", failing)
+    monkeypatch.setattr(node.node, "schedule_write_into", failing_into)
 
 
 def _commit_errors(resp: Any) -> list[tuple[str, int, int]]:
