@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,23 @@ from storage.columns import LOG_COLUMN_NAMES
 SOURCE_RESET = 1
 # bitmaps of 32768 offsets (4 KiB each) the duplicate check may build: 32 MiB, 2^28 offsets
 BITMAP_BUCKETS = 1 << 13
+
+# every table, in the order of the stages that write them
+TABLES = (
+    "input_summary",
+    "group_records",
+    "generations",
+    "static_replacements",
+    "skip_assignment_rejoins",
+    "fenced_instances",
+    "scale_ups",
+    "forced_rebalances",
+    "rebalance_reasons",
+    "commit_activity",
+    "invariant_violations",
+    "invariants",
+    "group_summary",
+)
 
 INVARIANTS: dict[str, str] = {
     "generation_never_decreases": "a group's generation never decreases in log order "
@@ -119,6 +138,7 @@ class Audit:
         self.examples = examples
         self.tables: dict[str, int] = {}
         self._persisted: list[Any] = []
+        self._beside_stages: list[Future[Any]] = []
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -147,6 +167,30 @@ class Audit:
             df.count()
         return df
 
+    def beside(self, stage: str, work: Callable[[], Any]) -> Future[Any]:
+        """Run `work`, a stage the next ones do not read, from another driver thread while they
+        run: its jobs go to a scheduler pool of their own (`spark.scheduler.mode` FAIR), so
+        its tasks take the slots the next stages' small jobs leave idle (one task on two
+        slots, the driver planning the next job) and a task slot is shared as soon as one
+        frees. `.result()` waits for it and raises what it raised."""
+        sc = self.spark.sparkContext
+
+        def body() -> Any:
+            sc.setLocalProperty("spark.scheduler.pool", "beside")
+            try:
+                with progress(self.spark, stage):
+                    return work()
+            finally:
+                sc.setLocalProperty("spark.scheduler.pool", None)
+
+        threads = ThreadPoolExecutor(1, thread_name_prefix="audit-beside")
+        try:
+            future = threads.submit(body)
+        finally:
+            threads.shutdown(wait=False)
+        self._beside_stages.append(future)
+        return future
+
     def release(self) -> None:
         for df in self._persisted:
             df.unpersist()
@@ -157,25 +201,32 @@ class Audit:
     def run(self) -> AuditResult:
         t0 = time.monotonic()
         try:
-            with progress(self.spark, "reading log + history"):
-                recs = read_log(self.spark, self.input_dir)
-                summary = self.write("input_summary", self._input_summary(recs))
-                input_rows = int(summary.agg({"records": "sum"}).collect()[0][0] or 0)
-                log(f"  {input_rows:,} records in log + history")
-                self._input_rows = input_rows
+            recs = read_log(self.spark, self.input_dir)
+            # the input summary, an aggregate of every record in the JVM, runs beside the group
+            # metadata stage, which starts the Python workers
+            input_summary = self.beside(
+                "input summary (every record in log + history)",
+                lambda: self._write_input_summary(recs),
+            )
+            with progress(self.spark, "reading + decoding group metadata (members, assignments)"):
                 # every record but the offset commits (the few that need Python to decode),
                 # read once and kept for the stages below
                 self._others = self._other_records(recs)
-            with progress(self.spark, "decoding group metadata (members, assignments)"):
                 members, records = self._group_records(recs)
+            input_rows = input_summary.result()
+            # static identity reads the members alone: its small jobs run beside the next
+            # stages' small jobs, the two threads filling each other's idle slot and gaps
+            static_identity = self.beside(
+                "static replacements, SkipAssignment, fenced instances",
+                lambda: self._static_identity(members),
+            )
             with progress(self.spark, "generations, partitions moved"):
                 gens = self._generations(members, records)
-            with progress(self.spark, "static replacements, SkipAssignment, fenced instances"):
-                self._static_identity(members, gens)
             with progress(self.spark, "pre-registered scale-ups"):
                 self._scale_ups(recs, gens)
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
+            static_identity.result()
             with progress(self.spark, "offset commits (generation as of the log, movement)"):
                 commits = self._commits(recs, records)
                 activity = self._commit_activity(commits)
@@ -183,14 +234,20 @@ class Audit:
                 invariants = self._invariants(recs, members, records)
             with progress(self.spark, "per-group summary"):
                 self._group_summary(gens, activity)
+        except BaseException:
+            if not all(f.done() for f in self._beside_stages):
+                self.spark.sparkContext.cancelAllJobs()  # a stage beside this one: stop it
+            raise
         finally:
+            wait(self._beside_stages)
             self.release()
         result = AuditResult(
             self.input_dir,
             Path(self.out),
             input_rows,
             time.monotonic() - t0,
-            dict(self.tables),
+            # in the order of the stages, whichever thread wrote them first
+            {name: self.tables[name] for name in (*TABLES, *self.tables) if name in self.tables},
             invariants,
         )
         if _is_local_path(self.out):
@@ -200,7 +257,7 @@ class Audit:
                         "input": self.input_dir,
                         "input_rows": input_rows,
                         "seconds": round(result.seconds, 3),
-                        "tables": self.tables,
+                        "tables": result.tables,
                         "invariants": invariants,
                     },
                     indent=2,
@@ -208,6 +265,14 @@ class Audit:
                 + "\n"
             )
         return result
+
+    def _write_input_summary(self, recs: Any) -> int:
+        """The input_summary table; the number of records read."""
+        summary = self.write("input_summary", self._input_summary(recs))
+        input_rows = int(summary.agg({"records": "sum"}).collect()[0][0] or 0)
+        log(f"  {input_rows:,} records in log + history")
+        self._input_rows = input_rows
+        return input_rows
 
     def _input_summary(self, recs: Any) -> Any:
         """Counts per record type, file and log partition from one aggregate in the JVM (no
@@ -433,7 +498,7 @@ class Audit:
         )
         return self.write("generations", gens)
 
-    def _static_identity(self, members: Any, gens: Any) -> None:
+    def _static_identity(self, members: Any) -> None:
         """Static replacements absorbed without a rebalance, SkipAssignment leader rejoins, and
         every member id fenced by a new one for the same group.instance.id."""
         from pyspark.sql import functions as F
