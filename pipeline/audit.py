@@ -227,11 +227,16 @@ class Audit:
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
             static_identity.result()
+            # the duplicate check's offset bitmaps (one narrow aggregate of every position) run
+            # beside the commits and fill the slot their last map tasks leave idle
+            positions = self.beside(
+                "duplicate log positions: offset bitmaps", lambda: self._positions(recs)
+            )
             with progress(self.spark, "offset commits (generation as of the log, movement)"):
                 commits = self._commits(recs, records)
                 activity = self._commit_activity(commits)
             with progress(self.spark, "invariants"):
-                invariants = self._invariants(recs, members, records)
+                invariants = self._invariants(positions.result(), members, records)
             with progress(self.spark, "per-group summary"):
                 self._group_summary(gens, activity)
         except BaseException:
@@ -889,7 +894,8 @@ class Audit:
 
     # ---- invariants ----------------------------------------------------------------------------
 
-    def _invariants(self, recs: Any, members: Any, records: Any) -> list[dict[str, Any]]:
+    def _invariants(self, positions: Any, members: Any, records: Any) -> list[dict[str, Any]]:
+        """`positions`: the log positions to group for duplicates (`_positions`)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -1053,13 +1059,9 @@ class Audit:
         found.append(bad_groups.unionByName(bad_offsets).unionByName(bad_regs).unionByName(unknown))
 
         # each log position once
-        dup = (
-            self._positions(recs)
-            .groupBy("log_partition", "log_offset")
-            .agg(
-                F.count("*").alias("copies"),
-                F.sum(F.col("in_history").cast("int")).alias("in_history"),
-            )
+        dup = positions.groupBy("log_partition", "log_offset").agg(
+            F.count("*").alias("copies"),
+            F.sum(F.col("in_history").cast("int")).alias("in_history"),
         )
         checked["unique_log_positions"] = self._input_rows
         found.append(
