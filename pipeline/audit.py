@@ -764,19 +764,55 @@ class Audit:
         )
         # Each partition's sequence in log order. Records that do not decode (`ok` false) never
         # stand next to a good one: they sort first and a row only looks back at a row with
-        # the same `ok`. Partitioning by the partition alone (not by `ok` too) lets the
-        # aggregate below run on the same shuffle as the window. The partition's hash leads
-        # the keys: the sort compares 8-byte prefixes, which group ids sharing their first
-        # bytes ("analytics-00062") leave equal, so almost every comparison read whole rows.
-        commits = commits.withColumn("_h", F.xxhash64("group_id", "topic", "partition"))
+        # the same `ok`. The window is partitioned by a 64-bit hash of the partition's name
+        # alone, so the sort of all commits compares fixed-width keys only (the names, equal
+        # within a partition, were read in full on every tie); the aggregate below groups by
+        # hash and name on the same shuffle. Two partitions sharing a hash would share one
+        # window: the aggregate finds them (two names under one hash), and then the sequences
+        # are computed again with the names in the window's keys.
+        commits = commits.withColumn("_h", _partition_hash("group_id", "topic", "partition"))
         keys = ["_h", "group_id", "topic", "partition"]
-        tp = Window.partitionBy(*keys).orderBy("ok", "log_partition", "log_offset")
+
+        def per_partition(window_keys: list[str]) -> Any:
+            seq = self._commit_sequences(commits, window_keys)
+            return self.persist(seq.groupBy(*keys).agg(*_commit_aggregates()))
+
+        window_keys = ["_h"]
+        partitions = per_partition(window_keys)
+        # the rows an invariant reports: none in a healthy log, so the commits are only read
+        # again (and filtered in the JVM) when the counts say there are some
+        counts = partitions.agg(
+            F.sum("_flagged"), F.sum("_checked"), F.count("*") - F.count_distinct("_h")
+        ).first()
+        if counts[2]:
+            log(f"  {counts[2]:,} commit partitions share a hash: sequenced by name")
+            partitions.unpersist()
+            window_keys = keys
+            partitions = per_partition(window_keys)
+            counts = partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
+        self._commit_partitions = partitions
+        n_flagged = int(counts[0] or 0)
+        self._commits_checked = int(counts[1] or 0)
+        sequenced = self._commit_sequences(commits, window_keys)
+        flagged_rows = sequenced.filter(_flagged()) if n_flagged else sequenced.limit(0)
+        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
+        self._offset_violations = flagged_rows.filter(F.col("violation"))
+        return self._commit_partitions
+
+    @staticmethod
+    def _commit_sequences(commits: Any, window_keys: list[str]) -> Any:
+        """Each commit with the one before it in its partition's log order (window
+        partitioned by `window_keys`): the delta, regressions and violations."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        tp = Window.partitionBy(*window_keys).orderBy("ok", "log_partition", "log_offset")
         prev_ok = (F.lag("ok").over(tp) == F.col("ok")) & (
             F.lag("tombstone").over(tp) == F.lit(False)
         )
         prev_off = F.lag("committed_offset").over(tp)
         both_live = prev_ok & ~F.col("tombstone")
-        commits = (
+        return (
             commits.withColumn("prev_committed_offset", F.when(both_live, prev_off))
             .withColumn("prev_generation", F.when(both_live, F.lag("generation").over(tp)))
             .withColumn("prev_incarnation", F.when(both_live, F.lag("incarnation").over(tp)))
@@ -791,53 +827,12 @@ class Audit:
                 & (F.col("incarnation") == F.col("prev_incarnation")),
             )
         )
-        ok = F.col("ok")
-
-        def good(c: Any) -> Any:  # the activity counts decoded records only
-            return F.when(ok, c)
-
-        live = ~F.col("tombstone")
-        order = F.when(ok & live, F.col("log_offset"))
-        delta = F.col("delta")
-        flagged = F.col("violation") | ~ok
-        per_partition = commits.groupBy(*keys).agg(
-            F.sum(good(live.cast("long"))).alias("commits"),
-            F.sum(good((live & (F.col("source") != SOURCE_RESET)).cast("long"))).alias(
-                "member_commits"
-            ),
-            F.sum(good((F.col("source") == SOURCE_RESET).cast("long"))).alias("resets"),
-            F.sum(good(F.col("tombstone").cast("long"))).alias("tombstones"),
-            F.min(good(F.col("commit_timestamp_ms"))).alias("first_commit_ms"),
-            F.max(good(F.col("commit_timestamp_ms"))).alias("last_commit_ms"),
-            F.min_by("committed_offset", order).alias("first_offset"),
-            F.max_by("committed_offset", order).alias("last_offset"),
-            F.min(good(F.col("committed_offset"))).alias("min_offset"),
-            F.max(good(F.col("committed_offset"))).alias("max_offset"),
-            F.coalesce(F.sum(F.when(ok & (delta > 0), delta)), F.lit(0)).alias("offset_advance"),
-            F.coalesce(F.sum(F.when(ok & (delta < 0), -delta)), F.lit(0)).alias("offset_rewound"),
-            F.sum(good(F.col("regression").cast("long"))).alias("regressions"),
-            F.sum(good(F.col("violation").cast("long"))).alias("violations"),
-            F.count_distinct(good(F.col("generation"))).alias("generations"),
-            F.count(good(F.lit(1))).alias("_decoded"),
-            F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
-            F.count(F.when(flagged, 1)).alias("_flagged"),
-        )
-        self._commit_partitions = self.persist(per_partition.drop("_h"))
-        # the rows an invariant reports: none in a healthy log, so the commits are only read
-        # again (and filtered in the JVM) when the counts say there are some
-        flagged_checked = self._commit_partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
-        n_flagged = int(flagged_checked[0] or 0)
-        self._commits_checked = int(flagged_checked[1] or 0)
-        flagged_rows = commits.filter(flagged) if n_flagged else commits.limit(0)
-        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
-        self._offset_violations = flagged_rows.filter(F.col("violation"))
-        return self._commit_partitions
 
     def _commit_activity(self, per_partition: Any) -> Any:
         from pyspark.sql import functions as F
 
         activity = per_partition.filter(F.col("_decoded") > 0).drop(
-            "_decoded", "_checked", "_flagged"
+            "_h", "_decoded", "_checked", "_flagged"
         )
         return self.write("commit_activity", activity)
 
@@ -1180,6 +1175,57 @@ class Audit:
             "resets",
         ]
         self.write("group_summary", out.fillna(0, fill))
+
+
+def _partition_hash(*cols: str) -> Any:
+    """The 64-bit hash of an offset commit's partition name the commits' window is keyed by."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(*cols)
+
+
+def _flagged() -> Any:
+    """A commit an invariant reports: a violation, or a record that does not decode."""
+    from pyspark.sql import functions as F
+
+    return F.col("violation") | ~F.col("ok")
+
+
+def _commit_aggregates() -> list[Any]:
+    """Per partition: the activity (decoded records only), the count checked for monotonic
+    offsets and the number of rows an invariant reports."""
+    from pyspark.sql import functions as F
+
+    ok = F.col("ok")
+
+    def good(c: Any) -> Any:
+        return F.when(ok, c)
+
+    live = ~F.col("tombstone")
+    order = F.when(ok & live, F.col("log_offset"))
+    delta = F.col("delta")
+    return [
+        F.sum(good(live.cast("long"))).alias("commits"),
+        F.sum(good((live & (F.col("source") != SOURCE_RESET)).cast("long"))).alias(
+            "member_commits"
+        ),
+        F.sum(good((F.col("source") == SOURCE_RESET).cast("long"))).alias("resets"),
+        F.sum(good(F.col("tombstone").cast("long"))).alias("tombstones"),
+        F.min(good(F.col("commit_timestamp_ms"))).alias("first_commit_ms"),
+        F.max(good(F.col("commit_timestamp_ms"))).alias("last_commit_ms"),
+        F.min_by("committed_offset", order).alias("first_offset"),
+        F.max_by("committed_offset", order).alias("last_offset"),
+        F.min(good(F.col("committed_offset"))).alias("min_offset"),
+        F.max(good(F.col("committed_offset"))).alias("max_offset"),
+        F.coalesce(F.sum(F.when(ok & (delta > 0), delta)), F.lit(0)).alias("offset_advance"),
+        F.coalesce(F.sum(F.when(ok & (delta < 0), -delta)), F.lit(0)).alias("offset_rewound"),
+        F.sum(good(F.col("regression").cast("long"))).alias("regressions"),
+        F.sum(good(F.col("violation").cast("long"))).alias("violations"),
+        F.count_distinct(good(F.col("generation"))).alias("generations"),
+        F.count(good(F.lit(1))).alias("_decoded"),
+        F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
+        F.count(F.when(_flagged(), 1)).alias("_flagged"),
+    ]
 
 
 _RECORD_COLUMNS = {
