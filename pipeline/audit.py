@@ -139,6 +139,7 @@ class Audit:
         self.tables: dict[str, int] = {}
         self._persisted: list[Any] = []
         self._beside_stages: list[Future[Any]] = []
+        self._written: dict[str, Any] = {}  # each table written, as read back
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -148,7 +149,9 @@ class Audit:
     def write(self, name: str, df: Any) -> Any:
         """Write a table, read it back (lineage cut), log its row count."""
         df.write.mode("overwrite").parquet(self.path(name))
-        back = self.spark.read.parquet(self.path(name))
+        # with the schema just written: reading it from a file footer is a Spark job
+        back = self.spark.read.schema(df.schema).parquet(self.path(name))
+        self._written[name] = back
         rows = _parquet_rows(self.path(name))
         if rows is None:  # not a local directory: ask Spark
             rows = int(back.count())
@@ -1125,7 +1128,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         def t(name: str) -> Any:
-            return self.spark.read.parquet(self.path(name))
+            return self._written[name]
 
         per_gen = gens.groupBy("group_id").agg(
             F.count("*").alias("rebalances"),
