@@ -21,14 +21,16 @@ from bench.report import BenchOptions, Figure, fmt_rate
 KEY = "audit"
 CACHE = Path(os.environ.get("AUDIT_BENCH_CACHE", "/tmp/audit-bench-cache"))
 GOAL_S, GOAL_RATIO = 60.0, 8.0
-# the stages the audit logs, in the order it runs them, with a short name for the notes
+# the stages the audit logs, in the order it runs them, with a short name for the notes; a
+# stage run beside others (Audit.beside) overlaps them
 STAGES = {
-    "reading log + history": "read + input summary",
-    "decoding group metadata (members, assignments)": "group metadata",
+    "input summary (every record in log + history)": "input summary (beside group metadata)",
+    "reading + decoding group metadata (members, assignments)": "read + group metadata",
     "generations, partitions moved": "generations",
-    "static replacements, SkipAssignment, fenced instances": "static identity",
+    "static replacements, SkipAssignment, fenced instances": "static identity (beside)",
     "pre-registered scale-ups": "scale-ups",
     "forced rebalances and reasons": "reasons",
+    "duplicate log positions: offset bitmaps": "duplicate bitmaps (beside commits)",
     "offset commits (generation as of the log, movement)": "offset commits",
     "invariants": "invariants",
     "per-group summary": "per group",

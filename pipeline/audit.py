@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,23 @@ from storage.columns import LOG_COLUMN_NAMES
 SOURCE_RESET = 1
 # bitmaps of 32768 offsets (4 KiB each) the duplicate check may build: 32 MiB, 2^28 offsets
 BITMAP_BUCKETS = 1 << 13
+
+# every table, in the order of the stages that write them
+TABLES = (
+    "input_summary",
+    "group_records",
+    "generations",
+    "static_replacements",
+    "skip_assignment_rejoins",
+    "fenced_instances",
+    "scale_ups",
+    "forced_rebalances",
+    "rebalance_reasons",
+    "commit_activity",
+    "invariant_violations",
+    "invariants",
+    "group_summary",
+)
 
 INVARIANTS: dict[str, str] = {
     "generation_never_decreases": "a group's generation never decreases in log order "
@@ -119,6 +138,8 @@ class Audit:
         self.examples = examples
         self.tables: dict[str, int] = {}
         self._persisted: list[Any] = []
+        self._beside_stages: list[Future[Any]] = []
+        self._written: dict[str, Any] = {}  # each table written, as read back
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -128,7 +149,9 @@ class Audit:
     def write(self, name: str, df: Any) -> Any:
         """Write a table, read it back (lineage cut), log its row count."""
         df.write.mode("overwrite").parquet(self.path(name))
-        back = self.spark.read.parquet(self.path(name))
+        # with the schema just written: reading it from a file footer is a Spark job
+        back = self.spark.read.schema(df.schema).parquet(self.path(name))
+        self._written[name] = back
         rows = _parquet_rows(self.path(name))
         if rows is None:  # not a local directory: ask Spark
             rows = int(back.count())
@@ -147,6 +170,30 @@ class Audit:
             df.count()
         return df
 
+    def beside(self, stage: str, work: Callable[[], Any]) -> Future[Any]:
+        """Run `work`, a stage the next ones do not read, from another driver thread while they
+        run: its jobs go to a scheduler pool of their own (`spark.scheduler.mode` FAIR), so
+        its tasks take the slots the next stages' small jobs leave idle (one task on two
+        slots, the driver planning the next job) and a task slot is shared as soon as one
+        frees. `.result()` waits for it and raises what it raised."""
+        sc = self.spark.sparkContext
+
+        def body() -> Any:
+            sc.setLocalProperty("spark.scheduler.pool", "beside")
+            try:
+                with progress(self.spark, stage):
+                    return work()
+            finally:
+                sc.setLocalProperty("spark.scheduler.pool", None)
+
+        threads = ThreadPoolExecutor(1, thread_name_prefix="audit-beside")
+        try:
+            future = threads.submit(body)
+        finally:
+            threads.shutdown(wait=False)
+        self._beside_stages.append(future)
+        return future
+
     def release(self) -> None:
         for df in self._persisted:
             df.unpersist()
@@ -157,40 +204,58 @@ class Audit:
     def run(self) -> AuditResult:
         t0 = time.monotonic()
         try:
-            with progress(self.spark, "reading log + history"):
-                recs = read_log(self.spark, self.input_dir)
-                summary = self.write("input_summary", self._input_summary(recs))
-                input_rows = int(summary.agg({"records": "sum"}).collect()[0][0] or 0)
-                log(f"  {input_rows:,} records in log + history")
-                self._input_rows = input_rows
+            recs = read_log(self.spark, self.input_dir)
+            # the input summary, an aggregate of every record in the JVM, runs beside the group
+            # metadata stage, which starts the Python workers
+            input_summary = self.beside(
+                "input summary (every record in log + history)",
+                lambda: self._write_input_summary(recs),
+            )
+            with progress(self.spark, "reading + decoding group metadata (members, assignments)"):
                 # every record but the offset commits (the few that need Python to decode),
                 # read once and kept for the stages below
                 self._others = self._other_records(recs)
-            with progress(self.spark, "decoding group metadata (members, assignments)"):
                 members, records = self._group_records(recs)
+            input_rows = input_summary.result()
+            # static identity reads the members alone: its small jobs run beside the next
+            # stages' small jobs, the two threads filling each other's idle slot and gaps
+            static_identity = self.beside(
+                "static replacements, SkipAssignment, fenced instances",
+                lambda: self._static_identity(members),
+            )
             with progress(self.spark, "generations, partitions moved"):
                 gens = self._generations(members, records)
-            with progress(self.spark, "static replacements, SkipAssignment, fenced instances"):
-                self._static_identity(members, gens)
             with progress(self.spark, "pre-registered scale-ups"):
                 self._scale_ups(recs, gens)
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
+            static_identity.result()
+            # the duplicate check's offset bitmaps (one narrow aggregate of every position) run
+            # beside the commits and fill the slot their last map tasks leave idle
+            positions = self.beside(
+                "duplicate log positions: offset bitmaps", lambda: self._positions(recs)
+            )
             with progress(self.spark, "offset commits (generation as of the log, movement)"):
                 commits = self._commits(recs, records)
                 activity = self._commit_activity(commits)
             with progress(self.spark, "invariants"):
-                invariants = self._invariants(recs, members, records)
+                invariants = self._invariants(positions.result(), members, records)
             with progress(self.spark, "per-group summary"):
                 self._group_summary(gens, activity)
+        except BaseException:
+            if not all(f.done() for f in self._beside_stages):
+                self.spark.sparkContext.cancelAllJobs()  # a stage beside this one: stop it
+            raise
         finally:
+            wait(self._beside_stages)
             self.release()
         result = AuditResult(
             self.input_dir,
             Path(self.out),
             input_rows,
             time.monotonic() - t0,
-            dict(self.tables),
+            # in the order of the stages, whichever thread wrote them first
+            {name: self.tables[name] for name in (*TABLES, *self.tables) if name in self.tables},
             invariants,
         )
         if _is_local_path(self.out):
@@ -200,7 +265,7 @@ class Audit:
                         "input": self.input_dir,
                         "input_rows": input_rows,
                         "seconds": round(result.seconds, 3),
-                        "tables": self.tables,
+                        "tables": result.tables,
                         "invariants": invariants,
                     },
                     indent=2,
@@ -208,6 +273,14 @@ class Audit:
                 + "\n"
             )
         return result
+
+    def _write_input_summary(self, recs: Any) -> int:
+        """The input_summary table; the number of records read."""
+        summary = self.write("input_summary", self._input_summary(recs))
+        input_rows = int(summary.agg({"records": "sum"}).collect()[0][0] or 0)
+        log(f"  {input_rows:,} records in log + history")
+        self._input_rows = input_rows
+        return input_rows
 
     def _input_summary(self, recs: Any) -> Any:
         """Counts per record type, file and log partition from one aggregate in the JVM (no
@@ -433,7 +506,7 @@ class Audit:
         )
         return self.write("generations", gens)
 
-    def _static_identity(self, members: Any, gens: Any) -> None:
+    def _static_identity(self, members: Any) -> None:
         """Static replacements absorbed without a rebalance, SkipAssignment leader rejoins, and
         every member id fenced by a new one for the same group.instance.id."""
         from pyspark.sql import functions as F
@@ -694,19 +767,55 @@ class Audit:
         )
         # Each partition's sequence in log order. Records that do not decode (`ok` false) never
         # stand next to a good one: they sort first and a row only looks back at a row with
-        # the same `ok`. Partitioning by the partition alone (not by `ok` too) lets the
-        # aggregate below run on the same shuffle as the window. The partition's hash leads
-        # the keys: the sort compares 8-byte prefixes, which group ids sharing their first
-        # bytes ("analytics-00062") leave equal, so almost every comparison read whole rows.
-        commits = commits.withColumn("_h", F.xxhash64("group_id", "topic", "partition"))
+        # the same `ok`. The window is partitioned by a 64-bit hash of the partition's name
+        # alone, so the sort of all commits compares fixed-width keys only (the names, equal
+        # within a partition, were read in full on every tie); the aggregate below groups by
+        # hash and name on the same shuffle. Two partitions sharing a hash would share one
+        # window: the aggregate finds them (two names under one hash), and then the sequences
+        # are computed again with the names in the window's keys.
+        commits = commits.withColumn("_h", _partition_hash("group_id", "topic", "partition"))
         keys = ["_h", "group_id", "topic", "partition"]
-        tp = Window.partitionBy(*keys).orderBy("ok", "log_partition", "log_offset")
+
+        def per_partition(window_keys: list[str]) -> Any:
+            seq = self._commit_sequences(commits, window_keys)
+            return self.persist(seq.groupBy(*keys).agg(*_commit_aggregates()))
+
+        window_keys = ["_h"]
+        partitions = per_partition(window_keys)
+        # the rows an invariant reports: none in a healthy log, so the commits are only read
+        # again (and filtered in the JVM) when the counts say there are some
+        counts = partitions.agg(
+            F.sum("_flagged"), F.sum("_checked"), F.count("*") - F.count_distinct("_h")
+        ).first()
+        if counts[2]:
+            log(f"  {counts[2]:,} commit partitions share a hash: sequenced by name")
+            partitions.unpersist()
+            window_keys = keys
+            partitions = per_partition(window_keys)
+            counts = partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
+        self._commit_partitions = partitions
+        n_flagged = int(counts[0] or 0)
+        self._commits_checked = int(counts[1] or 0)
+        sequenced = self._commit_sequences(commits, window_keys)
+        flagged_rows = sequenced.filter(_flagged()) if n_flagged else sequenced.limit(0)
+        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
+        self._offset_violations = flagged_rows.filter(F.col("violation"))
+        return self._commit_partitions
+
+    @staticmethod
+    def _commit_sequences(commits: Any, window_keys: list[str]) -> Any:
+        """Each commit with the one before it in its partition's log order (window
+        partitioned by `window_keys`): the delta, regressions and violations."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        tp = Window.partitionBy(*window_keys).orderBy("ok", "log_partition", "log_offset")
         prev_ok = (F.lag("ok").over(tp) == F.col("ok")) & (
             F.lag("tombstone").over(tp) == F.lit(False)
         )
         prev_off = F.lag("committed_offset").over(tp)
         both_live = prev_ok & ~F.col("tombstone")
-        commits = (
+        return (
             commits.withColumn("prev_committed_offset", F.when(both_live, prev_off))
             .withColumn("prev_generation", F.when(both_live, F.lag("generation").over(tp)))
             .withColumn("prev_incarnation", F.when(both_live, F.lag("incarnation").over(tp)))
@@ -721,53 +830,12 @@ class Audit:
                 & (F.col("incarnation") == F.col("prev_incarnation")),
             )
         )
-        ok = F.col("ok")
-
-        def good(c: Any) -> Any:  # the activity counts decoded records only
-            return F.when(ok, c)
-
-        live = ~F.col("tombstone")
-        order = F.when(ok & live, F.col("log_offset"))
-        delta = F.col("delta")
-        flagged = F.col("violation") | ~ok
-        per_partition = commits.groupBy(*keys).agg(
-            F.sum(good(live.cast("long"))).alias("commits"),
-            F.sum(good((live & (F.col("source") != SOURCE_RESET)).cast("long"))).alias(
-                "member_commits"
-            ),
-            F.sum(good((F.col("source") == SOURCE_RESET).cast("long"))).alias("resets"),
-            F.sum(good(F.col("tombstone").cast("long"))).alias("tombstones"),
-            F.min(good(F.col("commit_timestamp_ms"))).alias("first_commit_ms"),
-            F.max(good(F.col("commit_timestamp_ms"))).alias("last_commit_ms"),
-            F.min_by("committed_offset", order).alias("first_offset"),
-            F.max_by("committed_offset", order).alias("last_offset"),
-            F.min(good(F.col("committed_offset"))).alias("min_offset"),
-            F.max(good(F.col("committed_offset"))).alias("max_offset"),
-            F.coalesce(F.sum(F.when(ok & (delta > 0), delta)), F.lit(0)).alias("offset_advance"),
-            F.coalesce(F.sum(F.when(ok & (delta < 0), -delta)), F.lit(0)).alias("offset_rewound"),
-            F.sum(good(F.col("regression").cast("long"))).alias("regressions"),
-            F.sum(good(F.col("violation").cast("long"))).alias("violations"),
-            F.count_distinct(good(F.col("generation"))).alias("generations"),
-            F.count(good(F.lit(1))).alias("_decoded"),
-            F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
-            F.count(F.when(flagged, 1)).alias("_flagged"),
-        )
-        self._commit_partitions = self.persist(per_partition.drop("_h"))
-        # the rows an invariant reports: none in a healthy log, so the commits are only read
-        # again (and filtered in the JVM) when the counts say there are some
-        flagged_checked = self._commit_partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
-        n_flagged = int(flagged_checked[0] or 0)
-        self._commits_checked = int(flagged_checked[1] or 0)
-        flagged_rows = commits.filter(flagged) if n_flagged else commits.limit(0)
-        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
-        self._offset_violations = flagged_rows.filter(F.col("violation"))
-        return self._commit_partitions
 
     def _commit_activity(self, per_partition: Any) -> Any:
         from pyspark.sql import functions as F
 
         activity = per_partition.filter(F.col("_decoded") > 0).drop(
-            "_decoded", "_checked", "_flagged"
+            "_h", "_decoded", "_checked", "_flagged"
         )
         return self.write("commit_activity", activity)
 
@@ -824,7 +892,8 @@ class Audit:
 
     # ---- invariants ----------------------------------------------------------------------------
 
-    def _invariants(self, recs: Any, members: Any, records: Any) -> list[dict[str, Any]]:
+    def _invariants(self, positions: Any, members: Any, records: Any) -> list[dict[str, Any]]:
+        """`positions`: the log positions to group for duplicates (`_positions`)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -988,13 +1057,9 @@ class Audit:
         found.append(bad_groups.unionByName(bad_offsets).unionByName(bad_regs).unionByName(unknown))
 
         # each log position once
-        dup = (
-            self._positions(recs)
-            .groupBy("log_partition", "log_offset")
-            .agg(
-                F.count("*").alias("copies"),
-                F.sum(F.col("in_history").cast("int")).alias("in_history"),
-            )
+        dup = positions.groupBy("log_partition", "log_offset").agg(
+            F.count("*").alias("copies"),
+            F.sum(F.col("in_history").cast("int")).alias("in_history"),
         )
         checked["unique_log_positions"] = self._input_rows
         found.append(
@@ -1063,7 +1128,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         def t(name: str) -> Any:
-            return self.spark.read.parquet(self.path(name))
+            return self._written[name]
 
         per_gen = gens.groupBy("group_id").agg(
             F.count("*").alias("rebalances"),
@@ -1113,6 +1178,57 @@ class Audit:
             "resets",
         ]
         self.write("group_summary", out.fillna(0, fill))
+
+
+def _partition_hash(*cols: str) -> Any:
+    """The 64-bit hash of an offset commit's partition name the commits' window is keyed by."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(*cols)
+
+
+def _flagged() -> Any:
+    """A commit an invariant reports: a violation, or a record that does not decode."""
+    from pyspark.sql import functions as F
+
+    return F.col("violation") | ~F.col("ok")
+
+
+def _commit_aggregates() -> list[Any]:
+    """Per partition: the activity (decoded records only), the count checked for monotonic
+    offsets and the number of rows an invariant reports."""
+    from pyspark.sql import functions as F
+
+    ok = F.col("ok")
+
+    def good(c: Any) -> Any:
+        return F.when(ok, c)
+
+    live = ~F.col("tombstone")
+    order = F.when(ok & live, F.col("log_offset"))
+    delta = F.col("delta")
+    return [
+        F.sum(good(live.cast("long"))).alias("commits"),
+        F.sum(good((live & (F.col("source") != SOURCE_RESET)).cast("long"))).alias(
+            "member_commits"
+        ),
+        F.sum(good((F.col("source") == SOURCE_RESET).cast("long"))).alias("resets"),
+        F.sum(good(F.col("tombstone").cast("long"))).alias("tombstones"),
+        F.min(good(F.col("commit_timestamp_ms"))).alias("first_commit_ms"),
+        F.max(good(F.col("commit_timestamp_ms"))).alias("last_commit_ms"),
+        F.min_by("committed_offset", order).alias("first_offset"),
+        F.max_by("committed_offset", order).alias("last_offset"),
+        F.min(good(F.col("committed_offset"))).alias("min_offset"),
+        F.max(good(F.col("committed_offset"))).alias("max_offset"),
+        F.coalesce(F.sum(F.when(ok & (delta > 0), delta)), F.lit(0)).alias("offset_advance"),
+        F.coalesce(F.sum(F.when(ok & (delta < 0), -delta)), F.lit(0)).alias("offset_rewound"),
+        F.sum(good(F.col("regression").cast("long"))).alias("regressions"),
+        F.sum(good(F.col("violation").cast("long"))).alias("violations"),
+        F.count_distinct(good(F.col("generation"))).alias("generations"),
+        F.count(good(F.lit(1))).alias("_decoded"),
+        F.count(F.when(ok & F.col("prev_committed_offset").isNotNull(), 1)).alias("_checked"),
+        F.count(F.when(_flagged(), 1)).alias("_flagged"),
+    ]
 
 
 _RECORD_COLUMNS = {

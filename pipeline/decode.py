@@ -107,6 +107,10 @@ def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {f.name: [] for f in MEMBER_SCHEMA}
     base_cols = ("log_partition", "log_offset", "append_time_ms", "in_history")
     n = len(rows["key"])
+    # the same subscription and assignment bytes come back record after record (a group's
+    # members keep their subscription; a generation's later records repeat its assignments):
+    # each distinct pair is decoded once a batch (a pure function of the bytes)
+    consumer_bytes: dict[tuple[bytes, bytes], Any] = {}
     for i in range(n):
         base = {c: rows[c][i] for c in base_cols}
         group_id, key_error = _group_id(rows["key"][i])
@@ -144,11 +148,13 @@ def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
                 )
                 consumer = v.protocol_type == "consumer"
                 for j, m in enumerate(v.members):
-                    subscribed, assigned, perr = (
-                        _consumer_bytes(m.subscription, m.assignment)
-                        if consumer
-                        else (None, None, None)
-                    )
+                    subscribed, assigned, perr = None, None, None
+                    if consumer:
+                        pair = (m.subscription, m.assignment)
+                        decoded = consumer_bytes.get(pair)
+                        if decoded is None:
+                            decoded = consumer_bytes[pair] = _consumer_bytes(*pair)
+                        subscribed, assigned, perr = decoded
                     member_rows.append(
                         {
                             "member_index": j,
@@ -163,11 +169,28 @@ def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
                             "protocol_error": perr,
                         }
                     )
-        for extra in member_rows or [{"member_index": -1}]:
-            row = {**record, **extra}
-            for name, col in out.items():
-                col.append(row.get(name))
+        # the record's fields repeat on each of its rows, then each row's member fields
+        member_rows = member_rows or [{"member_index": -1}]
+        for name in _RECORD_FIELDS:
+            out[name].extend([record.get(name)] * len(member_rows))
+        for name in _MEMBER_FIELDS:
+            out[name].extend([m.get(name) for m in member_rows])
     return out
+
+
+_MEMBER_FIELDS = (
+    "member_index",
+    "member_id",
+    "instance_id",
+    "client_id",
+    "client_host",
+    "session_timeout_ms",
+    "rebalance_timeout_ms",
+    "subscribed",
+    "assigned",
+    "protocol_error",
+)
+_RECORD_FIELDS = tuple(f.name for f in MEMBER_SCHEMA if f.name not in _MEMBER_FIELDS)
 
 
 def decode_group_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -58,6 +58,8 @@ def build_session(
         # once per 100k rows, not once per 10k
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.parquet.compression.codec": "zstd",
+        # jobs from several driver threads (Audit.beside) share the task slots by pool
+        "spark.scheduler.mode": "FAIR",
     }
     if local:
         conf.update(
