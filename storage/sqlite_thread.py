@@ -131,7 +131,7 @@ class WalCheckpointer:
                         conn = _connect(self._path, self._busy_timeout_s)
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     failing = False
-                except sqlite3.Error as e:
+                except Exception as e:  # sqlite3.Error above all; the thread must not die
                     # the writers' own bound still holds; try again next round
                     if not failing:
                         log.warning("checkpointing %s failed: %s", self._path, e)

@@ -428,13 +428,19 @@ class KafkaConnection(asyncio.Protocol):
         correlation_id: int,
         fut: Pending,
     ) -> None:
+        error: BaseException | None = None
         try:
             call.settle(fut)
             result = call.reply(entry.version)
         except (Exception, asyncio.CancelledError) as exc:  # as a parked handler's outcome
-            self._on_done(slot, entry, None, body, correlation_id, None, exc)
-        else:
-            self._on_done(slot, entry, None, body, correlation_id, result, None)
+            result, error = None, exc
+        try:
+            self._on_done(slot, entry, None, body, correlation_id, result, error)
+        except Exception:
+            # a reply that cannot be placed would hold every later one on this connection:
+            # close it (only it; the runtime goes on delivering to the others)
+            log.exception("%s v%d reply for %s failed", entry.api.name, entry.version, self._peer)
+            self.abort(f"{entry.api.name} v{entry.version} reply failed")
 
     def _heartbeat(self, fields: HeartbeatFields, version: int, correlation: bytes) -> None:
         """The hot path of a Heartbeat read by app/kafka/hot.py: what `handle_heartbeat` and

@@ -293,10 +293,12 @@ class CoordinatorRuntime:
             waiting = self._waiting.pop(handle, None)
             if waiting is not None:
                 into, histogram, started = waiting
+                # the operation's latency: scheduled -> answered, read before handing the reply
+                # on (a DirectReply encodes and queues it, and the next ones wait for that)
+                if histogram is not None:
+                    histogram.observe(time.perf_counter() - started)
                 if not into.done():  # a future cancelled meanwhile takes nothing
                     into.set_result(response)
-                if histogram is not None:  # the operation's latency: scheduled -> answered
-                    histogram.observe(time.perf_counter() - started)
 
     def arm(self, p: Partition) -> None:
         if p.core is None:

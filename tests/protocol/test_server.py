@@ -16,7 +16,7 @@ from kio.index import load_response_schema
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.kafka.codec import request_class
-from app.kafka.server import _Slot
+from app.kafka.server import KafkaConnection, _Slot
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
 from tests.runtime.node_fixture import RunningNode
@@ -96,6 +96,64 @@ async def test_replies_wait_behind_a_parked_join_on_the_same_connection(
     )
     assert client.received == sorted(client.received)
     assert client.unexpected == []
+
+
+async def test_a_join_that_completes_the_rebalance_answers_a_parked_one_on_its_own_connection(
+    client: KafkaTestClient,
+) -> None:
+    """The lane's replies are delivered from inside the request that completes the rebalance:
+    here the parked join is on the very connection whose next frame completes it, and every
+    reply still leaves in request order."""
+    member, gen = await stable_group(client, "same")
+    parked = client.send(client.join_group_request("same", protocols=PROTOCOLS, version=3))
+    hb = client.send(client.heartbeat_request("same", gen, member, version=4))
+    rejoin = client.send(client.join_group_request("same", member, protocols=PROTOCOLS, version=9))
+    after = client.send(client.heartbeat_request("same", gen + 1, member, version=4))
+    joined, beat, rejoined, beat_after = await asyncio.wait_for(
+        asyncio.gather(parked, hb, rejoin, after), 10
+    )
+    assert (joined.error_code, joined.generation_id) == (Error.NONE, gen + 1)
+    assert (rejoined.error_code, rejoined.generation_id) == (Error.NONE, gen + 1)
+    assert beat.error_code == Error.REBALANCE_IN_PROGRESS
+    assert beat_after.error_code == Error.NONE  # CompletingRebalance: the new generation syncs
+    assert client.received == sorted(client.received)
+    assert client.unexpected == []
+
+
+async def test_a_reply_that_cannot_be_placed_closes_only_its_connection(
+    node: RunningNode,
+    client: KafkaTestClient,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug past the lane's own error handling, while the rebalance's last JoinGroup answers
+    a parked one on another connection: that connection is closed (its later replies would
+    wait behind the lost one forever), and the JoinGroup that completed the rebalance and the
+    rest of the node go on."""
+    leader = await node.client("leader")
+    try:
+        member, gen = await stable_group(leader, "placed")
+        parked = client.send(client.join_group_request("placed", protocols=PROTOCOLS, version=3))
+        await asyncio.sleep(0.2)
+        on_done = KafkaConnection._on_done
+
+        def broken(self: KafkaConnection, slot: Any, entry: Any, *args: Any) -> None:
+            if entry.api.name == "JoinGroup":
+                raise RuntimeError("injected bug placing a reply")
+            on_done(self, slot, entry, *args)
+
+        monkeypatch.setattr(KafkaConnection, "_on_done", broken)
+        with caplog.at_level(logging.ERROR, logger="app.kafka.server"):
+            rejoin = await leader.join_group("placed", member, protocols=PROTOCOLS, version=9)
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(parked, 10)
+        monkeypatch.undo()
+        assert (rejoin.error_code, rejoin.generation_id) == (Error.NONE, gen + 1)
+        assert any("reply for" in r.getMessage() for r in caplog.records)
+        hb = await leader.send(leader.heartbeat_request("placed", gen + 1, member, version=4))
+        assert hb.error_code == Error.NONE
+    finally:
+        await leader.close()
 
 
 async def test_many_pipelined_requests(client: KafkaTestClient) -> None:
@@ -256,7 +314,9 @@ def _fail_the_edges_futures(
 ) -> None:
     """The core still runs `api`'s requests, but the future the edge waits on is cancelled or
     failed with something other than a CoordinatorError (the handlers' schedule_write and the
-    lane's schedule_write_into alike)."""
+    lane's schedule_write_into alike). The lane then settles a future failed at once: the
+    runtime never fails the DirectReply it would otherwise get, so this is the path where
+    `settle` raises for the lane."""
     # the runtime's, bound where the edge calls them
     schedule_write, schedule_write_into = node.node.schedule_write, node.node.schedule_write_into
 
