@@ -303,3 +303,24 @@ async def test_offset_delete_survives_a_failover(tmp_path: Path) -> None:
             await asyncio.sleep(0.1)  # the partition is still loading on the survivor
         assert await committed(c, "od-failover", [("t1", 0), ("t1", 1)]) == [-1, 6]
         await c.close()
+
+
+async def test_sync_group_v5_without_its_protocol_is_refused_before_the_acl_check(
+    secure: SecureNode,
+) -> None:
+    """protocol.md §6.1 (KafkaApis.handleSyncGroupRequest): a v5 SyncGroup missing its
+    protocol type or name is answered INCONSISTENT_GROUP_PROTOCOL before authorization, so a
+    principal without READ on the group hears that, not GROUP_AUTHORIZATION_FAILED."""
+    ops = await sasl_client(secure, "ops")  # no ACL on any group
+    try:
+        for protocol_type, protocol_name in ((None, "range"), ("consumer", None)):
+            resp = await ops.request(
+                ops.sync_group_request(
+                    "od-acl", 1, "m", protocol_type=protocol_type, protocol_name=protocol_name
+                )
+            )
+            assert resp.error_code == Error.INCONSISTENT_GROUP_PROTOCOL
+        resp = await ops.request(ops.sync_group_request("od-acl", 1, "m"))
+        assert resp.error_code == Error.GROUP_AUTHORIZATION_FAILED
+    finally:
+        await ops.close()
