@@ -323,7 +323,7 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> Any:
     # kio's entity, or the internal request app/kafka/hot_group.py read
     internal = req if isinstance(req, SyncGroupRequest) else decode_sync_group(req)
     if _lacks_protocol(internal, ctx.api_version):  # before the ACL check, as Kafka
-        return SyncGroupCall(ctx.service, internal, ctx.api_version).reply(ctx.api_version)
+        return sync_group_error(ctx, internal, Error.INCONSISTENT_GROUP_PROTOCOL)
     authorize_group(ctx, OP_READ, internal.group_id)
     return await serve_call(SyncGroupCall(ctx.service, internal, ctx.api_version), ctx.api_version)
 
