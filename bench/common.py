@@ -7,6 +7,7 @@ requests in flight), started together at an agreed wall-clock instant so their w
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -51,6 +52,21 @@ def node(
         yield proc
     finally:
         proc.stop()
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """A timed window of the load generator without its own garbage collection: what was
+    allocated before is collected first (outside the window), and the collector is off until
+    the window ends. One Python process simulates every client, so a full collection of all
+    their objects (tens of ms) would otherwise land in some windows, the floor's and the node's
+    alike: a pause of the load generator, not of what is measured."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def worker_processes() -> int:

@@ -46,7 +46,7 @@ from kio.serial import entity_reader
 
 from app.group.consumer_protocol import decode_assignment
 from app.group.records import RecordType, group_key
-from bench.common import node, run_workers
+from bench.common import no_collection, node, run_workers
 from bench.rebalance_echo import control_frame, echo_server
 from bench.report import BenchOptions, Figure, fmt_ms, median, percentile
 from tests.support import consumer_bytes
@@ -503,10 +503,11 @@ async def _echo_round(
     conns = list({id(e.conn): e.conn for e in echo}.values())
     await _load_echo(rnd, conns)
     floor = _Round(group, echo, leader, rnd.generation - 1)
-    for c in conns:
-        c.flush()
-    t_sent = time.perf_counter()
-    await _wait(floor.done, conns, f"echo floor of {len(members)} members")
+    with no_collection():
+        for c in conns:
+            c.flush()
+        t_sent = time.perf_counter()
+        await _wait(floor.done, conns, f"echo floor of {len(members)} members")
     return (floor.t_end - t_sent) * 1e3
 
 
@@ -535,13 +536,14 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
     warmup = int(args["warmup"])
     for rep in range(warmup + int(args["reps"])):
         rnd = _Round(group, members, leader, generation)
-        cpu0, node0, all0 = time.process_time(), _proc_cpu(pid), _machine_cpu()
-        t_first = time.perf_counter()
-        for c in conns:
-            c.flush()
-        t_sent = time.perf_counter()  # the last JoinGroup is on the wire
-        await _wait(rnd.done, conns, f"rebalance {rep} of {n} members")
-        t_idle = time.perf_counter()
+        with no_collection():
+            cpu0, node0, all0 = time.process_time(), _proc_cpu(pid), _machine_cpu()
+            t_first = time.perf_counter()
+            for c in conns:
+                c.flush()
+            t_sent = time.perf_counter()  # the last JoinGroup is on the wire
+            await _wait(rnd.done, conns, f"rebalance {rep} of {n} members")
+            t_idle = time.perf_counter()
         gen_d, node_d = time.process_time() - cpu0, _proc_cpu(pid) - node0
         all_d = _machine_cpu() - all0
         # the floor, interleaved with the rebalances so that both see the same machine: the
