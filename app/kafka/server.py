@@ -31,7 +31,6 @@ from app.kafka.context import (
     AsyncHandler,
     DirectReply,
     HandlerResult,
-    Pending,
     RequestContext,
     WriteCall,
     WriteStarter,
@@ -81,6 +80,22 @@ class _Slot:
         self.data = data
 
 
+class _ParkedReply(DirectReply):
+    """A lane request waiting for the core or its write: the DirectReply the runtime delivers
+    into and the slot its bytes take in the output order, one object (with what its reply
+    needs) where a slot, a DirectReply and a partial for the callback were three."""
+
+    __slots__ = ("body", "call", "correlation_id", "data", "entry")
+
+    def __init__(self, entry: ApiVersionEntry, body: Any, correlation_id: int) -> None:
+        super().__init__()
+        self.entry = entry
+        self.body = body
+        self.correlation_id = correlation_id
+        self.call: WriteCall | None = None
+        self.data: bytes | None = None
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: KafkaServer, listener: Listener) -> None:
         self._server = server
@@ -110,7 +125,7 @@ class KafkaConnection(asyncio.Protocol):
         self._frame_started = 0.0  # loop time the incomplete frame in `_buf` began
         self.last_active = 0.0  # loop time of the last byte read or reply written
         self._need = 4  # bytes `_buf` must hold before the next frame can be complete
-        self._slots: deque[_Slot] = deque()
+        self._slots: deque[_Slot | _ParkedReply] = deque()
         self._queued_bytes = 0  # reply bytes ready in `_slots`, waiting behind an earlier one
         self._max_inflight = server.limits.max_inflight_requests
         self._max_queued_bytes = server.limits.max_queued_reply_bytes
@@ -393,8 +408,9 @@ class KafkaConnection(asyncio.Protocol):
     ) -> None:
         """A hot-read group write when no ACLs apply: the API's WriteCall, with a callback on
         its future in place of a parked handler coroutine (app/kafka/context.py)."""
+        reply = _ParkedReply(entry, body, correlation_id)
         try:
-            call = start(self._service, body, entry.version, DirectReply())
+            call = start(self._service, body, entry.version, reply)
             fut = call.future
             if fut is None or fut.done():
                 # answered at the edge, or by the core at once (a join that completes the
@@ -406,36 +422,32 @@ class KafkaConnection(asyncio.Protocol):
         except (Exception, asyncio.CancelledError) as exc:  # a cancelled future's too
             fut, result = None, self._error_result(entry, None, body, exc)
         if fut is not None:  # waits for the core or its write, in its place in the output
-            slot = _Slot()
-            self._slots.append(slot)
+            assert fut is reply  # a lane call's write delivers into the reply it was given
+            reply.call = call  # until settled: the call holds the reply as its future
+            self._slots.append(reply)
             # called back from the runtime's delivery, another request's processing included
             # (the JoinGroup that completes a rebalance answers every member)
-            fut.add_done_callback(
-                functools.partial(self._settled, slot, entry, body, call, correlation_id)
-            )
-            self._update_reading()
+            reply.add_done_callback(self._settled)
+            if len(self._slots) >= self._max_inflight:  # nothing else here can pause reading
+                self._update_reading()
             return
         data = self._encode(entry, None, body, correlation_id, result)
         if data:
             self._emit(data)
 
-    def _settled(
-        self,
-        slot: _Slot,
-        entry: ApiVersionEntry,
-        body: Any,
-        call: WriteCall,
-        correlation_id: int,
-        fut: Pending,
-    ) -> None:
+    def _settled(self, reply: DirectReply) -> None:
+        assert isinstance(reply, _ParkedReply)  # the only kind `_start` registers this on
+        entry, call = reply.entry, reply.call
+        assert call is not None
+        reply.call = None  # no cycle left for the collector
         error: BaseException | None = None
         try:
-            call.settle(fut)
+            call.settle(reply)
             result = call.reply(entry.version)
         except (Exception, asyncio.CancelledError) as exc:  # as a parked handler's outcome
             result, error = None, exc
         try:
-            self._on_done(slot, entry, None, body, correlation_id, result, error)
+            self._on_done(reply, entry, None, reply.body, reply.correlation_id, result, error)
         except Exception:
             # a reply that cannot be placed would hold every later one on this connection:
             # close it (only it; the runtime goes on delivering to the others)
@@ -566,7 +578,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _on_done(
         self,
-        slot: _Slot,
+        slot: _Slot | _ParkedReply,
         entry: ApiVersionEntry,
         ctx: RequestContext | None,
         body: Any,

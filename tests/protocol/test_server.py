@@ -16,7 +16,7 @@ from kio.index import load_response_schema
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.kafka.codec import request_class
-from app.kafka.server import KafkaConnection, _Slot
+from app.kafka.server import KafkaConnection, _ParkedReply, _Slot
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
 from tests.runtime.node_fixture import RunningNode
@@ -607,7 +607,15 @@ async def test_parked_requests_are_freed_without_the_cyclic_collector(
             o
             for o in gc.garbage
             if isinstance(
-                o, (RequestContext, OffsetCommitCall, JoinGroupCall, SyncGroupCall, _Slot)
+                o,
+                (
+                    RequestContext,
+                    OffsetCommitCall,
+                    JoinGroupCall,
+                    SyncGroupCall,
+                    _Slot,
+                    _ParkedReply,
+                ),
             )
         ]
     finally:
