@@ -6,6 +6,7 @@ handlers (membership.py) and the registrations call into it; it calls into neith
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from app.group.config import CoreConfig
 from app.group.messages import (
@@ -180,7 +181,13 @@ class Rebalancer:
             group.protocol_name,
         )
         replies, schedule_session = out.replies, self.queue.schedule_session
-        for member in group.members.values():
+        # the leader's reply first: it goes out first, and the leader assigns while the others'
+        # replies are made (each connection still answers in its own request order)
+        ordered: Iterable[Member] = group.members.values()
+        leader = group.members.get(leader_id or "")
+        if leader is not None and next(iter(group.members)) != leader_id:
+            ordered = [leader, *(m for m in group.members.values() if m is not leader)]
+        for member in ordered:
             member_id = member.member_id
             if member.awaiting_join is not None:
                 replies.append(

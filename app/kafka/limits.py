@@ -44,6 +44,8 @@ class ServerLimits:
 # milliseconds to tens of milliseconds: at most one is served per turn of the loop, so small
 # requests of every other connection are never queued behind many of them.
 HEAVY_FRAME_BYTES: Final = 16 * 1024
+# A reply this large is written at once rather than with the loop turn's other replies.
+EARLY_WRITE_BYTES: Final = 16 * 1024
 # A connection serves frames of one read for this long, then lets the others have the loop.
 TURN_SHARE_S: Final = 0.002
 # The loop is checked every SHED_CHECK_S; when a check comes SHED_LAG_S late, every connection

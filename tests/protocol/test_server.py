@@ -16,6 +16,8 @@ from kio.index import load_response_schema
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.kafka.codec import request_class
+from app.kafka.group_apis import JoinGroupCall
+from app.kafka.limits import EARLY_WRITE_BYTES
 from app.kafka.server import KafkaConnection, _ParkedReply, _Slot
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
@@ -154,6 +156,67 @@ async def test_a_reply_that_cannot_be_placed_closes_only_its_connection(
         assert hb.error_code == Error.NONE
     finally:
         await leader.close()
+
+
+@pytest.mark.node_settings(initial_rebalance_delay_ms=300)
+async def test_a_large_reply_leaves_before_the_next_members_replies_are_made(
+    node: RunningNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JoinGroup that completes a rebalance answers every parked member from inside its
+    own processing. The leader's reply (every member's subscription, here over
+    EARLY_WRITE_BYTES) is written as soon as it is made, not with the others' at the end of
+    the loop's turn: the leader assigns while the node makes the rest."""
+    big = (("range", b"s" * (EARLY_WRITE_BYTES // 3 + 1)),)
+    clients = [await node.client(f"member-{i}") for i in range(3)]
+    try:
+        formed = await asyncio.gather(*(join(c, "early", protocols=big) for c in clients))
+        leader_id, generation = formed[0].leader, formed[0].generation_id
+        for c, joined in zip(clients, formed, strict=True):
+            assignments = {j.member_id: b"" for j in formed} if joined.members else None
+            synced = await c.sync_group(
+                "early", generation, joined.member_id, assignments=assignments
+            )
+            assert synced.error_code == Error.NONE
+        by_id = {j.member_id: (c, j) for c, j in zip(clients, formed, strict=True)}
+        leader = by_id.pop(leader_id)[0]
+        (parked, parked_joined), (last, last_joined) = by_id.values()
+        events: list[tuple[str, Any]] = []
+        reply, write_out = JoinGroupCall.reply, KafkaConnection._write_out
+
+        def made(self: JoinGroupCall, version: int) -> Any:
+            assert self.response is not None
+            events.append(("made", self.response.member_id))
+            return reply(self, version)
+
+        def written(self: KafkaConnection) -> None:
+            events.append(("written", sum(map(len, self._out))))
+            write_out(self)
+
+        monkeypatch.setattr(JoinGroupCall, "reply", made)
+        monkeypatch.setattr(KafkaConnection, "_write_out", written)
+        # the leader and one follower rejoin and wait; the other follower completes the join
+        waiting = [
+            leader.send(leader.join_group_request("early", leader_id, protocols=big)),
+            parked.send(parked.join_group_request("early", parked_joined.member_id, protocols=big)),
+        ]
+        await asyncio.sleep(0.2)
+        completing = await last.join_group("early", last_joined.member_id, protocols=big)
+        led, other = await asyncio.wait_for(asyncio.gather(*waiting), 10)
+        monkeypatch.undo()
+        assert [r.error_code for r in (led, other, completing)] == [Error.NONE] * 3
+        assert len(led.members) == 3 and led.generation_id == generation + 1
+        # the leader's reply first, and on the wire before the next one is made
+        assert [who for what, who in events if what == "made"][:2] == [
+            leader_id,
+            parked_joined.member_id,
+        ]
+        leader_written = next(
+            i for i, (what, n) in enumerate(events) if what == "written" and n >= EARLY_WRITE_BYTES
+        )
+        assert leader_written < events.index(("made", parked_joined.member_id))
+    finally:
+        for c in clients:
+            await c.close()
 
 
 async def test_many_pipelined_requests(client: KafkaTestClient) -> None:

@@ -418,6 +418,27 @@ def test_join_completion_answers_leader_with_all_members_and_followers_with_none
     assert not any(m.is_new for m in group.members.values())
 
 
+def test_join_completion_answers_the_leader_first_when_it_is_not_the_oldest_member() -> None:
+    """The leader's reply goes out first (it assigns while the others' replies are made), also
+    when an older member rejoined under a newer leader."""
+    ctx = Context()
+    ctx.stable_group(["a", "b", "c"], session_ms=2 * REBALANCE_MS)  # "a" outlives a rebalance
+    a, b, c = ctx.group().members  # join order; "a" leads
+    ctx.join(member_id=b, instance_id="b", protocols=[("range", subscription("t", "u"))])
+    ctx.join(member_id=c, instance_id="c")
+    ctx.advance(REBALANCE_MS)  # "a" did not rejoin: "b" leads the new generation
+    assert ctx.group().leader_id == b
+    # everybody rejoins: "a" (a metadata change), then "c", then "b" completes the join
+    h_a = ctx.join(member_id=a, instance_id="a", protocols=[("range", subscription("t", "v"))])
+    h_c = ctx.join(member_id=c, instance_id="c")
+    h_b = ctx.join(member_id=b, instance_id="b")
+    assert list(ctx.replies)[-3:] == [h_b, h_a, h_c]  # in the order they were answered
+    leader_reply = ctx.join_reply(h_b)
+    assert leader_reply.leader == b
+    assert [m.member_id for m in leader_reply.members] == [a, b, c]  # the list keeps join order
+    assert list(ctx.group().members) == [a, b, c]
+
+
 def test_no_record_is_written_when_a_rebalance_starts_or_completes_with_members() -> None:
     ctx = Context()
     sg = ctx.stable_group(2)
