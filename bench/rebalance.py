@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import math
 import os
 import sqlite3
@@ -524,6 +525,8 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
     db, floor = Path(args["db"]), _CommitFloor(Path(args["floor_db"]))
     for _ in range(3):  # the first commits create the WAL file
         floor.commit(*_group_record(db, group))
+    gc.collect()
+    gc.freeze()  # the members, connections and frames made so far: out of every later collection
 
     latency: list[float] = []
     assign_ms: list[float] = []
