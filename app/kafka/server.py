@@ -413,6 +413,8 @@ class KafkaConnection(asyncio.Protocol):
         try:
             call = start(self._service, body, entry.version, reply)
             fut = call.future
+            if fut is not None and fut is not reply:  # a bug: nothing would fill the slot
+                raise RuntimeError(f"{entry.api.name}'s write did not deliver into its reply")
             if fut is None or fut.done():
                 # answered at the edge, or by the core at once (a join that completes the
                 # rebalance): inline, as a handler's await of a done future does not suspend
@@ -423,7 +425,6 @@ class KafkaConnection(asyncio.Protocol):
         except (Exception, asyncio.CancelledError) as exc:  # a cancelled future's too
             fut, result = None, self._error_result(entry, None, body, exc)
         if fut is not None:  # waits for the core or its write, in its place in the output
-            assert fut is reply  # a lane call's write delivers into the reply it was given
             reply.call = call  # until settled: the call holds the reply as its future
             self._slots.append(reply)
             # called back from the runtime's delivery, another request's processing included
@@ -689,8 +690,9 @@ class KafkaConnection(asyncio.Protocol):
         if len(data) >= EARLY_WRITE_BYTES:
             # a large reply leaves now, with what queued before it: one more syscall is little
             # beside its bytes, and its client starts on it sooner (the leader's JoinGroup
-            # reply: it assigns while the node answers the other members)
-            self._write_out()
+            # reply: it assigns while the node answers the other members); a write already
+            # scheduled for this turn takes what comes after
+            self._send()
             return
         if not self._write_scheduled:
             self._write_scheduled = True
@@ -699,6 +701,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def _write_out(self) -> None:
         self._write_scheduled = False
+        self._send()
+
+    def _send(self) -> None:
+        """Write what `_out` holds, in one write."""
         out = self._out
         if not out:
             return
