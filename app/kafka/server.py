@@ -413,8 +413,6 @@ class KafkaConnection(asyncio.Protocol):
         try:
             call = start(self._service, body, entry.version, reply)
             fut = call.future
-            if fut is not None and fut is not reply:  # a bug: nothing would fill the slot
-                raise RuntimeError(f"{entry.api.name}'s write did not deliver into its reply")
             if fut is None or fut.done():
                 # answered at the edge, or by the core at once (a join that completes the
                 # rebalance): inline, as a handler's await of a done future does not suspend
@@ -422,6 +420,8 @@ class KafkaConnection(asyncio.Protocol):
                     call.settle(fut)
                     fut = None
                 result = call.reply(entry.version)
+            elif fut is not reply:  # a bug: nothing would fill the slot
+                raise RuntimeError(f"{entry.api.name}'s write did not deliver into its reply")
         except (Exception, asyncio.CancelledError) as exc:  # a cancelled future's too
             fut, result = None, self._error_result(entry, None, body, exc)
         if fut is not None:  # waits for the core or its write, in its place in the output

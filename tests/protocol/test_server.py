@@ -181,7 +181,7 @@ async def test_a_large_reply_leaves_before_the_next_members_replies_are_made(
         leader = by_id.pop(leader_id)[0]
         (parked, parked_joined), (last, last_joined) = by_id.values()
         events: list[tuple[str, Any]] = []
-        reply, write_out = JoinGroupCall.reply, KafkaConnection._write_out
+        reply, send = JoinGroupCall.reply, KafkaConnection._send
 
         def made(self: JoinGroupCall, version: int) -> Any:
             assert self.response is not None
@@ -190,10 +190,10 @@ async def test_a_large_reply_leaves_before_the_next_members_replies_are_made(
 
         def written(self: KafkaConnection) -> None:
             events.append(("written", sum(map(len, self._out))))
-            write_out(self)
+            send(self)
 
         monkeypatch.setattr(JoinGroupCall, "reply", made)
-        monkeypatch.setattr(KafkaConnection, "_write_out", written)
+        monkeypatch.setattr(KafkaConnection, "_send", written)
         # the leader and one follower rejoin and wait; the other follower completes the join
         waiting = [
             leader.send(leader.join_group_request("early", leader_id, protocols=big)),
