@@ -6,7 +6,6 @@ handlers (membership.py) and the registrations call into it; it calls into neith
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from app.group.config import CoreConfig
 from app.group.messages import (
@@ -183,28 +182,27 @@ class Rebalancer:
         replies, schedule_session = out.replies, self.queue.schedule_session
         # the leader's reply first: it goes out first, and the leader assigns while the others'
         # replies are made (each connection still answers in its own request order)
-        ordered: Iterable[Member] = group.members.values()
-        leader = group.members.get(leader_id or "")
-        if leader is not None and next(iter(group.members)) != leader_id:
-            ordered = [leader, *(m for m in group.members.values() if m is not leader)]
-        for member in ordered:
+        first = len(replies)
+        for member in group.members.values():
             member_id = member.member_id
             if member.awaiting_join is not None:
-                replies.append(
-                    (
-                        member.awaiting_join,
-                        JoinGroupResponse(
-                            NO_ERROR,
-                            generation,
-                            protocol_type,
-                            protocol_name,
-                            leader_id or "",
-                            False,
-                            member_id,
-                            members if member_id == leader_id else (),
-                        ),
-                    )
+                answer = (
+                    member.awaiting_join,
+                    JoinGroupResponse(
+                        NO_ERROR,
+                        generation,
+                        protocol_type,
+                        protocol_name,
+                        leader_id or "",
+                        False,
+                        member_id,
+                        members if member_id == leader_id else (),
+                    ),
                 )
+                if member_id == leader_id:
+                    replies.insert(first, answer)
+                else:
+                    replies.append(answer)
                 group.set_awaiting_join(member, None)
             schedule_session(group_id, member_id, now + member.session_timeout_ms)
             member.is_new = False
