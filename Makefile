@@ -4,7 +4,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install deps run test lint typecheck migrate bench fuzz clean
 
+# the hot modules compiled with mypyc into .build/compiled (app/compiled.py); does nothing when
+# the build matches the sources, and the node runs them interpreted when it does not
 install: $(STAMP)
+	$(PY) -m app.compiled
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,14 +36,18 @@ lint: install
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
-# two phases (tests/conftest.py): the tests that bound no latency on two workers, then the
-# `serial` ones alone; both always run, and the target fails if either failed
+# three phases (tests/conftest.py): the tests that bound no latency on two workers against the
+# compiled build; the suites that drive the core and the wire edge again, interpreted
+# (COORD_PURE_PYTHON=1, with the `pure_python` tests that patch its internals); then the
+# `serial` ones alone. All always run, and the target fails if any failed.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
+PURE_SUITES := tests/unit tests/protocol tests/runtime
 test: install deps lint
-	$(PYTEST) -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(PYTEST) -n 2 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
+	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial" $(PURE_SUITES); pure=$$?; \
 	$(PYTEST) -m serial; serial=$$?; \
-	echo "make test: parallel phase exit $$parallel, serial phase exit $$serial"; \
-	test $$parallel -eq 0 && test $$serial -eq 0
+	echo "make test: parallel phase exit $$parallel, pure-Python phase exit $$pure, serial phase exit $$serial"; \
+	test $$parallel -eq 0 && test $$pure -eq 0 && test $$serial -eq 0
 
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~40 min here)
 bench: install deps
@@ -52,4 +59,4 @@ fuzz: install
 	COORD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data .build

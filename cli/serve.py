@@ -13,6 +13,7 @@ import sys
 import uvicorn
 
 from api.app import create_app
+from app import compiled
 from app.config import Settings, advertised_admin_url, shown_database_url
 from app.kafka.apis import version_table
 from app.kafka.limits import ServerLimits
@@ -137,7 +138,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     admin_task = asyncio.create_task(admin._serve(), name="admin")
     log.info(
         "node %d serving Kafka on %s, admin on %s://%s:%d, %d log partitions, authorizer %s, "
-        "database %s",
+        "database %s, hot path %s",
         settings.node_id,
         ", ".join(
             f"{li.name}://{li.host}:{li.port} (advertised {li.advertised_host}:"
@@ -150,6 +151,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         node.log_partitions,
         settings.authorizer,
         shown_database_url(settings.database_url),
+        compiled.STATUS,
     )
     scheme = "https" if settings.admin_ssl_certfile else "http"
     shown_host = "127.0.0.1" if admin_host in ("0.0.0.0", "::", "") else admin_host

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
+from app import compiled
 from tests.support.kafka_broker import (
     DIFF_TOPIC,
     DIFF_TOPIC_PARTITIONS,
@@ -67,6 +68,25 @@ def _module(nodeid: str) -> str:
 def _start_rank(item: pytest.Item) -> int:
     path = _module(item.nodeid)
     return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)), len(LONGEST_FIRST))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `make install` builds the compiled hot path: a suite that found it missing or stale would
+    # test the interpreted one only, while the node runs the other
+    if not compiled.active() and not os.environ.get(compiled.PURE_ENV):
+        raise pytest.UsageError(
+            f"the compiled build is not in use ({compiled.STATUS}); run `make install`, or "
+            f"set {compiled.PURE_ENV}=1 to test the interpreted source"
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if compiled.active() and item.get_closest_marker("pure_python"):
+        pytest.fail(
+            f"this test patches a compiled module, which only the interpreted source allows: "
+            f"run it with {compiled.PURE_ENV}=1 (make test's pure-Python phase does)",
+            pytrace=False,
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -57,7 +57,7 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class IllegalStateTransition(RuntimeError):
+class IllegalStateTransition(Exception):
     pass
 
 

@@ -421,7 +421,7 @@ def produce_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
     )
 
 
-APIS: Final = (
+APIS: Final[tuple[Api, ...]] = (
     Api(PRODUCE, "Produce", 3, 9, handle_produce, produce_error),
     Api(FETCH, "Fetch", 4, 12, handle_fetch, fetch_error),
     Api(LIST_OFFSETS, "ListOffsets", 1, 11, handle_list_offsets, list_offsets_error),

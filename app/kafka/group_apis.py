@@ -228,7 +228,7 @@ class JoinGroupCall(_ResponseCall):
         into: DirectReply | None = None,
     ) -> None:
         require_group_id(req.group_id)
-        self.response: JoinGroupResponse | None = None
+        self.response = None
         self.future: Pending | None = schedule(
             service,
             into,
@@ -298,7 +298,7 @@ class SyncGroupCall(_ResponseCall):
         version: int,
         into: DirectReply | None = None,
     ) -> None:
-        self.response: SyncGroupResponse | None = None
+        self.response = None
         self.future: Pending | None = None
         if _lacks_protocol(req, version):
             self.response = SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL)
@@ -583,7 +583,7 @@ def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
     )
 
 
-APIS: Final = (
+APIS: Final[tuple[Api, ...]] = (
     Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error, JoinGroupCall),
     Api(HEARTBEAT, "Heartbeat", 0, HEARTBEAT_MAX_VERSION, handle_heartbeat, heartbeat_error),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),

@@ -426,7 +426,7 @@ def offset_delete_error(ctx: RequestContext, req: Any, error: Error) -> Any:
     return encode_offset_delete(error, (), ctx.api_version)
 
 
-APIS: Final = (
+APIS: Final[tuple[Api, ...]] = (
     Api(
         OFFSET_COMMIT,
         "OffsetCommit",

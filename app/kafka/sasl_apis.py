@@ -84,7 +84,7 @@ def sasl_authenticate_error(ctx: RequestContext, req: Any, error: Error) -> Hand
     return _authenticate_reply(ctx, error, error.name)
 
 
-APIS: Final = (
+APIS: Final[tuple[Api, ...]] = (
     Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, handle_sasl_handshake, sasl_handshake_error),
     Api(
         SASL_AUTHENTICATE,

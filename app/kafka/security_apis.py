@@ -556,7 +556,7 @@ async def _refresh(security: SecurityManager) -> None:
         log.warning("cannot reload credentials and ACLs after a change: %s", e)
 
 
-APIS: Final = (
+APIS: Final[tuple[Api, ...]] = (
     Api(DESCRIBE_ACLS, "DescribeAcls", 1, 3, handle_describe_acls, describe_acls_error),
     Api(CREATE_ACLS, "CreateAcls", 1, 3, handle_create_acls, create_acls_error),
     Api(DELETE_ACLS, "DeleteAcls", 1, 3, handle_delete_acls, delete_acls_error),

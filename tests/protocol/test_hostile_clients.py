@@ -303,6 +303,7 @@ async def test_a_group_id_over_the_limit_is_an_invalid_group_id(
     await assert_member_unharmed(client, "steady", m, gen)
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 async def test_a_core_that_raises_leaves_no_waiter_behind(
     node: RunningNode, client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

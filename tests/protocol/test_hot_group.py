@@ -382,6 +382,7 @@ class _Service:
         return fut
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 @pytest.mark.parametrize("version", [0, 5, 9])
 async def test_the_handlers_serve_a_hot_read_request_as_kios(version: int) -> None:
     """handle_join_group, handle_sync_group and handle_offset_commit take what the hot readers
@@ -439,6 +440,7 @@ def test_long_varints_read_as_kio_reads_them() -> None:
     assert hot_sync(name, 5) == generic_sync(name, 5) == generic_sync(frame, 5)
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 async def test_a_live_offset_commit_is_served_alike_on_both_paths(
     node: RunningNode, client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

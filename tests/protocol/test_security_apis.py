@@ -23,6 +23,7 @@ from typing import Any, cast
 import pytest
 from kio.schema.errors import ErrorCode
 
+from app.group.messages import Error
 from app.kafka.apis import version_table
 from app.kafka.codec import build, encode_body, request_class
 from app.kafka.context import RequestContext
@@ -471,15 +472,13 @@ async def test_another_node_sees_a_new_acl_within_a_second(
 def test_error_replies_keep_the_request_shape(version: int) -> None:
     """What the server answers when a handler raised (the database is away)."""
     ctx = RequestContext(service=cast(Any, None), api_version=version, client_id="", client_host="")
-    err = ErrorCode.unknown_server_error
+    err = Error.UNKNOWN_SERVER_ERROR
     creations = build(request_class(CREATE_ACLS, version), creations=[GROUP_READ, TOPIC_PREFIX])
-    reply = create_acls_error(ctx, creations, cast(Any, err))
+    reply = create_acls_error(ctx, creations, err)
     assert codes(reply.results) == [-1, -1]
     filters = build(request_class(DELETE_ACLS, version), filters=[acl_filter()])
-    assert codes(delete_acls_error(ctx, filters, cast(Any, err)).filter_results) == [-1]
-    described = describe_acls_error(
-        ctx, build(request_class(DESCRIBE_ACLS, version)), cast(Any, err)
-    )
+    assert codes(delete_acls_error(ctx, filters, err).filter_results) == [-1]
+    described = describe_acls_error(ctx, build(request_class(DESCRIBE_ACLS, version)), err)
     assert int(described.error_code) == -1
     for r in (reply, described):
         encode_body(r)

@@ -122,6 +122,7 @@ async def test_a_join_that_completes_the_rebalance_answers_a_parked_one_on_its_o
     assert client.unexpected == []
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 async def test_a_reply_that_cannot_be_placed_closes_only_its_connection(
     node: RunningNode,
     client: KafkaTestClient,
@@ -158,6 +159,7 @@ async def test_a_reply_that_cannot_be_placed_closes_only_its_connection(
         await leader.close()
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 @pytest.mark.node_settings(initial_rebalance_delay_ms=300)
 async def test_a_large_reply_leaves_before_the_next_members_replies_are_made(
     node: RunningNode, monkeypatch: pytest.MonkeyPatch
@@ -325,6 +327,7 @@ async def test_unknown_tagged_field_on_the_wire_is_skipped(client: KafkaTestClie
 # --- handler failures (fault injection into the real node) -----------------------------------
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 @pytest.mark.parametrize("method", ["heartbeat_error", "join_group", "offset_fetch"])
 async def test_handler_exception_becomes_unknown_server_error(
     node: RunningNode,
@@ -411,6 +414,7 @@ def _commit_errors(resp: Any) -> list[tuple[str, int, int]]:
     return [(t.name, p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 @pytest.mark.parametrize("fault", ["raises", "write fails", "cancelled", "elsewhere"])
 async def test_a_failed_offset_commit_answers_every_partition_and_the_connection_serves_on(
     node: RunningNode,
@@ -478,6 +482,7 @@ async def test_a_failed_offset_commit_answers_every_partition_and_the_connection
     assert [p.committed_offset for t in fetched.topics for p in t.partitions] == [6]
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 @pytest.mark.parametrize("api", ["JoinGroup", "SyncGroup"])
 @pytest.mark.parametrize("fault", ["write fails", "cancelled"])
 async def test_a_failed_join_or_sync_is_answered_in_its_own_shape(
@@ -558,6 +563,7 @@ async def test_fetch_of_unknown_topic_answers_at_once(client: KafkaTestClient) -
     }
 
 
+@pytest.mark.pure_python  # patches the hot path: interpreted only
 async def test_fetch_wait_ends_when_the_connection_closes(
     client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from app import compiled
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +48,9 @@ def die_with_parent() -> None:
 class CoordinatorProcess:
     """One `coordinator serve` process; restartable on the same database, ports and node id.
 
-    The environment is the caller's without its COORD_* variables, then DEFAULTS, then
-    `env_overrides`. Each start logs to its own file in `workdir` (`node<id>-<n>.log`, or
-    `coordinator-<n>.log` without a node id)."""
+    The environment is the caller's without its COORD_* variables (but COORD_PURE_PYTHON), then
+    DEFAULTS, then `env_overrides`. Each start logs to its own file in `workdir`
+    (`node<id>-<n>.log`, or `coordinator-<n>.log` without a node id)."""
 
     def __init__(
         self,
@@ -88,7 +89,12 @@ class CoordinatorProcess:
         return Path(self.db_url.split(":///", 1)[1])
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COORD_")}
+        # COORD_PURE_PYTHON stays: it picks the build the node runs, as the test's own does
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("COORD_") or k == compiled.PURE_ENV
+        }
         env.update(DEFAULTS)
         env.update(
             COORD_DATABASE_URL=self.db_url,
