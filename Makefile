@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # the hot modules compiled with mypyc into .build/compiled (app/compiled.py); does nothing when
 # the build matches the sources, and the node runs them interpreted when it does not
 install: $(STAMP)
-	$(PY) -m app.compiled
+	$(PY) -c 'from app import compiled; print("compiled hot path:", compiled.build())'
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,7 +41,7 @@ lint: install
 # (COORD_PURE_PYTHON=1, with the `pure_python` tests that patch its internals); then the
 # `serial` ones alone. All always run, and the target fails if any failed.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
-PURE_SUITES := tests/unit tests/protocol tests/runtime
+PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
 test: install deps lint
 	$(PYTEST) -n 2 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
 	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial" $(PURE_SUITES); pure=$$?; \

@@ -1,12 +1,11 @@
 """The node's hot modules, compiled with mypyc, or the same source interpreted (issue 16).
 
-`make install` compiles them (`python -m app.compiled`: `build()` below) into
-`.build/compiled/`, with a manifest of each source file's SHA-256 and the interpreter it was
-built for. Importing `app` calls `install()`, which puts a finder first on `sys.meta_path` that
-loads those extension modules instead of the `.py` files, but only when every source still
-hashes to what was compiled: mypyc binds the calls between its modules in C, so they run all
-compiled or all interpreted, never a mix, and an edited source is never shadowed by a stale
-build.
+`make install` compiles them (`build()` below) into `.build/compiled/`, with a manifest of each
+source file's SHA-256 and the interpreter it was built for. Importing `app` calls `install()`,
+which puts a finder first on `sys.meta_path` that loads those extension modules instead of the
+`.py` files, but only when every source still hashes to what was compiled: mypyc binds the
+calls between its modules in C, so they run all compiled or all interpreted, never a mix, and
+an edited source is never shadowed by a stale build.
 
 `COORD_PURE_PYTHON=1` keeps the interpreted source: it is the same code, and `make test` runs
 the suite both ways (tests/conftest.py). `STATUS` says which one this process runs; the node
@@ -171,7 +170,3 @@ def build(force: bool = False) -> str:
         os.chdir(cwd)
     MANIFEST.write_text(json.dumps(want, indent=1, sort_keys=True) + "\n")
     return f"{len(sources)} modules into {BUILD_DIR} in {time.monotonic() - started:.0f} s"
-
-
-if __name__ == "__main__":
-    print(f"app.compiled: {build(force='--force' in sys.argv)}")

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app import compiled
+
 ROOT = Path(__file__).resolve().parents[1]
 # an admin DSN of a server to use; unset, `python -m bench` starts a private cluster of its own
 PG_DSN = os.environ.get("COORD_BENCH_PG", "")
@@ -154,6 +156,7 @@ def machine_info(pg_dsn: str = PG_DSN) -> list[tuple[str, str]]:
         ("kernel", platform.release()),
         ("Python", platform.python_version()),
         ("event loop", loops),
+        ("hot path", compiled.STATUS),  # what the nodes run: they import this checkout's app
         ("SQLite", sqlite3.sqlite_version),
         ("PostgreSQL", _pg_version(pg_dsn)),
         ("code", code_version()),
