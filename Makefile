@@ -41,6 +41,7 @@ lint: install
 # (COORD_PURE_PYTHON=1, with the `pure_python` tests that patch its internals); then the
 # `serial` ones alone. All always run, and the target fails if any failed.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
+# tests/conftest.py PURE_SUITES: the same list, which refuses a pure_python test outside it
 PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
 test: install deps lint
 	$(PYTEST) -n 2 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \

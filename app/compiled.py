@@ -1,11 +1,14 @@
 """The node's hot modules, compiled with mypyc, or the same source interpreted (issue 16).
 
-`make install` compiles them (`build()` below) into `.build/compiled/`, with a manifest of each
-source file's SHA-256 and the interpreter it was built for. Importing `app` calls `install()`,
-which puts a finder first on `sys.meta_path` that loads those extension modules instead of the
-`.py` files, but only when every source still hashes to what was compiled: mypyc binds the
-calls between its modules in C, so they run all compiled or all interpreted, never a mix, and
-an edited source is never shadowed by a stale build.
+`make install` compiles them (`build()` below) into `.build/compiled/`, with a manifest of the
+SHA-256 of every source under app/ and storage/ (mypyc copies `Final` constants of the modules
+the compiled ones import into the build), the size of every extension it made, the interpreter
+and the compiler's version. Importing `app` calls `install()`, which puts a finder first on
+`sys.meta_path` that loads those extension modules instead of the `.py` files, but only when
+the build is whole and every source still hashes to what was compiled: mypyc binds the calls
+between its modules in C, so they run all compiled or all interpreted, never a mix, and an
+edited source is never shadowed by a stale build. A file whose size and modification time are
+the recorded ones is not hashed again.
 
 `COORD_PURE_PYTHON=1` keeps the interpreted source: it is the same code, and `make test` runs
 the suite both ways (tests/conftest.py). `STATUS` says which one this process runs; the node
@@ -40,10 +43,16 @@ GROUP: Final = "app_compiled"
 _PACKAGES: Final = ("app/group", "app/kafka")
 _RUNTIME: Final = ("app/runtime/runtime.py", "app/runtime/placement.py", "app/runtime/metrics.py")
 _NOT_COMPILED: Final = frozenset({"__init__.py", "immutable.py"})
+# what the compiled modules may have copied constants from: every source of these packages
+_WATCHED: Final = ("app", "storage")
 
 PURE_ENV: Final = "COORD_PURE_PYTHON"
 
 STATUS = "pure Python: not installed yet"
+
+
+def pure_requested() -> bool:
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
 
 
 def source_files() -> list[str]:
@@ -57,12 +66,12 @@ def source_files() -> list[str]:
     return files + list(_RUNTIME)
 
 
+def watched_files() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for d in _WATCHED for p in (ROOT / d).rglob("*.py"))
+
+
 def module_name(source: str) -> str:
     return source.removesuffix(".py").replace("/", ".")
-
-
-def digests(sources: Sequence[str]) -> dict[str, str]:
-    return {s: hashlib.sha256((ROOT / s).read_bytes()).hexdigest() for s in sources}
 
 
 def build_tag() -> str:
@@ -70,23 +79,69 @@ def build_tag() -> str:
     return f"{sys.implementation.cache_tag} {importlib.machinery.EXTENSION_SUFFIXES[0]}"
 
 
-def manifest(sources: Sequence[str]) -> dict[str, object]:
-    return {"interpreter": build_tag(), "group": GROUP, "sources": digests(sources)}
+def _extension(name: str, build_dir: Path = BUILD_DIR) -> Path:
+    parts = name.split(".")
+    return build_dir.joinpath(*parts[:-1], parts[-1] + importlib.machinery.EXTENSION_SUFFIXES[0])
 
 
-def _stale_reason() -> str | None:
-    """None when the build in BUILD_DIR is this source's, for this interpreter."""
+def _extensions() -> list[str]:
+    return [module_name(s) for s in source_files()] + [f"{GROUP}__mypyc"]
+
+
+def _source_entry(path: str) -> list[object]:
+    st = (ROOT / path).stat()
+    return [hashlib.sha256((ROOT / path).read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns]
+
+
+def _source_matches(path: str, recorded: object) -> bool:
+    if not isinstance(recorded, list) or len(recorded) != 3:
+        return False
     try:
-        built = json.loads(MANIFEST.read_text())
+        st = (ROOT / path).stat()
+        if [st.st_size, st.st_mtime_ns] == recorded[1:]:
+            return True
+        return bool(hashlib.sha256((ROOT / path).read_bytes()).hexdigest() == recorded[0])
+    except OSError:
+        return False
+
+
+def _tools() -> dict[str, str]:
+    """The versions a build depends on beyond the interpreter (checked by `build()`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("mypy", "kio"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "none"
+    return out
+
+
+def _stale_reason(build_dir: Path = BUILD_DIR) -> str | None:
+    """None when the build in `build_dir` is whole, this source's, for this interpreter."""
+    try:
+        built = json.loads((build_dir / "manifest.json").read_text())
     except FileNotFoundError:
         return "no compiled build (make install builds it)"
     except (OSError, ValueError) as exc:
-        return f"unreadable {MANIFEST}: {exc}"
+        return f"unreadable manifest in {build_dir}: {exc}"
     if built.get("interpreter") != build_tag():
         return f"built for {built.get('interpreter')}, this is {build_tag()}"
-    sources = source_files()
-    if built.get("sources") != digests(sources):
+    sources = built.get("sources")
+    if not isinstance(sources, dict) or sorted(sources) != watched_files():
         return "the sources changed since the build (make install rebuilds it)"
+    if not all(_source_matches(path, entry) for path, entry in sources.items()):
+        return "the sources changed since the build (make install rebuilds it)"
+    sizes = built.get("extensions")
+    for name in _extensions():
+        so = _extension(name, build_dir)
+        try:
+            size = so.stat().st_size
+        except OSError:
+            return f"the build lacks {so}"
+        if not isinstance(sizes, dict) or sizes.get(name) != size:
+            return f"the build's {so.name} is not the one compiled"
     return None
 
 
@@ -106,15 +161,10 @@ class _CompiledFinder:
         return importlib.util.spec_from_file_location(fullname, so, loader=loader)
 
 
-def _extension(name: str) -> Path:
-    parts = name.split(".")
-    return BUILD_DIR.joinpath(*parts[:-1], parts[-1] + importlib.machinery.EXTENSION_SUFFIXES[0])
-
-
 def install() -> None:
     """Load the compiled modules from here on, when the build matches the source."""
     global STATUS
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_requested():
         STATUS = f"pure Python: {PURE_ENV} is set"
         return
     if any(isinstance(f, _CompiledFinder) for f in sys.meta_path):
@@ -123,13 +173,8 @@ def install() -> None:
     if reason is not None:
         STATUS = f"pure Python: {reason}"
         return
-    names = [module_name(s) for s in source_files()] + [f"{GROUP}__mypyc"]
-    paths = {n: _extension(n) for n in names}
-    missing = [str(p) for p in paths.values() if not p.is_file()]
-    if missing:
-        STATUS = f"pure Python: the build lacks {missing[0]}"
-        return
-    sys.meta_path.insert(0, _CompiledFinder(paths))
+    names = _extensions()
+    sys.meta_path.insert(0, _CompiledFinder({n: _extension(n) for n in names}))
     STATUS = f"compiled (mypyc, {len(names) - 1} modules)"
 
 
@@ -138,35 +183,70 @@ def active() -> bool:
 
 
 def build(force: bool = False) -> str:
-    """Compile the modules into BUILD_DIR unless its manifest already matches the sources. A
-    failed build leaves no manifest, so nothing loads the half of it that was made."""
-    sources = source_files()
-    want = manifest(sources)
-    try:
-        if not force and json.loads(MANIFEST.read_text()) == want:
-            return f"{BUILD_DIR} is up to date"
-    except (OSError, ValueError):
-        pass
-    # `make install` has them (mypy is a test dependency); a plain `pip install .` needs neither
+    """Compile the modules into BUILD_DIR unless the build there is whole, this source's and
+    made by this compiler. The new build is made beside it and put in its place only when
+    whole, under a lock: a failed or concurrent build never leaves a half one to load."""
+    import fcntl
+
+    BUILD_DIR.parent.mkdir(exist_ok=True)
+    with open(BUILD_DIR.parent / "compiled.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(force)
+
+
+def _build_locked(force: bool) -> str:
+    tools = _tools()
+    if not force and _stale_reason() is None:
+        try:
+            if json.loads(MANIFEST.read_text()).get("tools") == tools:
+                return f"{BUILD_DIR} is up to date"
+        except (OSError, ValueError):
+            pass
+    # `make install` has them (test dependencies); a plain `pip install .` needs neither
     from mypyc.build import mypycify
     from setuptools import Distribution
 
     started = time.monotonic()
-    shutil.rmtree(BUILD_DIR, ignore_errors=True)
+    watched = watched_files()
+    before = {path: _source_entry(path) for path in watched}
+    new = BUILD_DIR.with_name(f"compiled.new-{os.getpid()}")
+    shutil.rmtree(new, ignore_errors=True)
     cwd = os.getcwd()
     os.chdir(ROOT)  # mypyc names each module after its path relative to here
     try:
         with tempfile.TemporaryDirectory(prefix="mypyc-") as work:
             extensions = mypycify(
-                sources, opt_level="3", group_name=GROUP, target_dir=work, multi_file=True
+                source_files(), opt_level="3", group_name=GROUP, target_dir=work, multi_file=True
             )
             dist = Distribution({"name": "app-compiled", "ext_modules": extensions})
             cmd = dist.get_command_obj("build_ext")
-            cmd.build_lib = str(BUILD_DIR)
+            cmd.build_lib = str(new)
             cmd.build_temp = os.path.join(work, "temp")
             cmd.parallel = os.cpu_count() or 1
             dist.run_command("build_ext")
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
     finally:
         os.chdir(cwd)
-    MANIFEST.write_text(json.dumps(want, indent=1, sort_keys=True) + "\n")
-    return f"{len(sources)} modules into {BUILD_DIR} in {time.monotonic() - started:.0f} s"
+    if {path: _source_entry(path)[0] for path in watched_files()} != {
+        path: entry[0] for path, entry in before.items()
+    }:
+        shutil.rmtree(new, ignore_errors=True)
+        raise RuntimeError("the sources changed while they were compiled: build again")
+    made = {name: _extension(name, new).stat().st_size for name in _extensions()}
+    manifest = {
+        "interpreter": build_tag(),
+        "group": GROUP,
+        "tools": tools,
+        "sources": before,
+        "extensions": made,
+    }
+    (new / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    old = BUILD_DIR.with_name(f"compiled.old-{os.getpid()}")
+    if BUILD_DIR.exists():
+        os.replace(BUILD_DIR, old)
+    os.replace(new, BUILD_DIR)
+    shutil.rmtree(old, ignore_errors=True)
+    modules = len(made) - 1
+    return f"{modules} modules into {BUILD_DIR} in {time.monotonic() - started:.0f} s"

@@ -47,7 +47,9 @@ class CoordinatorError(Exception):
 
     def __init__(self, error: Error, message: str = "") -> None:
         super().__init__(message or error.name)
-        self.error = error
+        # an Error member, whatever int it was given: the compiled edge checks the type where
+        # it reads it (app/compiled.py), inside its own error handling
+        self.error = Error(error)
         self.message = message
 
 

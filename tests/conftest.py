@@ -75,7 +75,7 @@ def _start_rank(item: pytest.Item) -> int:
 def pytest_configure(config: pytest.Config) -> None:
     # `make install` builds the compiled hot path: a suite that found it missing or stale would
     # test the interpreted one only, while the node runs the other
-    if not compiled.active() and not os.environ.get(compiled.PURE_ENV):
+    if not compiled.active() and not compiled.pure_requested():
         raise pytest.UsageError(
             f"the compiled build is not in use ({compiled.STATUS}); run `make install`, or "
             f"set {compiled.PURE_ENV}=1 to test the interpreted source"
@@ -91,10 +91,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         )
 
 
+# the suites make test runs again interpreted (the Makefile's PURE_SUITES): the only place a
+# `pure_python` test runs
+PURE_SUITES = ("tests/unit/", "tests/protocol/", "tests/runtime/", "tests/fuzz/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _module(item.nodeid) in SERIAL:
+        module = _module(item.nodeid)
+        if module in SERIAL:
             item.add_marker(pytest.mark.serial)
+        if item.get_closest_marker("pure_python") and (
+            module in SERIAL or not module.startswith(PURE_SUITES)
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked pure_python but make test's interpreted phase does "
+                f"not run it: it runs {' '.join(PURE_SUITES)}, without the serial modules"
+            )
     items.sort(key=_start_rank)  # stable
 
 

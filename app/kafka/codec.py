@@ -120,8 +120,9 @@ def _field_infos(cls: type[Any]) -> tuple[FieldInfo, ...]:
         entity = tp if dataclasses.is_dataclass(tp) and isinstance(tp, type) else None
         tag = f.metadata.get("tag")
         default: Any = f.default
-        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()  # type: ignore[misc]
+        factory: Any = f.default_factory
+        if default is dataclasses.MISSING and factory is not dataclasses.MISSING:
+            default = factory()
         out.append(
             FieldInfo(
                 name=f.name,

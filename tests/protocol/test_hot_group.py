@@ -382,7 +382,8 @@ class _Service:
         return fut
 
 
-@pytest.mark.pure_python  # patches the hot path: interpreted only
+# interpreted only: a stand-in core, which the compiled edge refuses (it types the core)
+@pytest.mark.pure_python
 @pytest.mark.parametrize("version", [0, 5, 9])
 async def test_the_handlers_serve_a_hot_read_request_as_kios(version: int) -> None:
     """handle_join_group, handle_sync_group and handle_offset_commit take what the hot readers
