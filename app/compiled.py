@@ -22,10 +22,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -88,9 +85,13 @@ def _extensions() -> list[str]:
     return [module_name(s) for s in source_files()] + [f"{GROUP}__mypyc"]
 
 
+def _sha256(path: str) -> str:
+    return hashlib.sha256((ROOT / path).read_bytes()).hexdigest()
+
+
 def _source_entry(path: str) -> list[object]:
     st = (ROOT / path).stat()
-    return [hashlib.sha256((ROOT / path).read_bytes()).hexdigest(), st.st_size, st.st_mtime_ns]
+    return [_sha256(path), st.st_size, st.st_mtime_ns]
 
 
 def _source_matches(path: str, recorded: object) -> bool:
@@ -98,9 +99,7 @@ def _source_matches(path: str, recorded: object) -> bool:
         return False
     try:
         st = (ROOT / path).stat()
-        if [st.st_size, st.st_mtime_ns] == recorded[1:]:
-            return True
-        return bool(hashlib.sha256((ROOT / path).read_bytes()).hexdigest() == recorded[0])
+        return [st.st_size, st.st_mtime_ns] == recorded[1:] or _sha256(path) == recorded[0]
     except OSError:
         return False
 
@@ -118,24 +117,26 @@ def _tools() -> dict[str, str]:
     return out
 
 
-def _stale_reason(build_dir: Path = BUILD_DIR) -> str | None:
-    """None when the build in `build_dir` is whole, this source's, for this interpreter."""
+def _stale_reason() -> str | None:
+    """None when the build in BUILD_DIR is whole, this source's, for this interpreter."""
     try:
-        built = json.loads((build_dir / "manifest.json").read_text())
+        built = json.loads(MANIFEST.read_text())
     except FileNotFoundError:
         return "no compiled build (make install builds it)"
     except (OSError, ValueError) as exc:
-        return f"unreadable manifest in {build_dir}: {exc}"
+        return f"unreadable {MANIFEST}: {exc}"
     if built.get("interpreter") != build_tag():
         return f"built for {built.get('interpreter')}, this is {build_tag()}"
     sources = built.get("sources")
-    if not isinstance(sources, dict) or sorted(sources) != watched_files():
-        return "the sources changed since the build (make install rebuilds it)"
-    if not all(_source_matches(path, entry) for path, entry in sources.items()):
+    if (
+        not isinstance(sources, dict)
+        or sorted(sources) != watched_files()
+        or not all(_source_matches(path, entry) for path, entry in sources.items())
+    ):
         return "the sources changed since the build (make install rebuilds it)"
     sizes = built.get("extensions")
     for name in _extensions():
-        so = _extension(name, build_dir)
+        so = _extension(name)
         try:
             size = so.stat().st_size
         except OSError:
@@ -202,7 +203,12 @@ def _build_locked(force: bool) -> str:
                 return f"{BUILD_DIR} is up to date"
         except (OSError, ValueError):
             pass
-    # `make install` has them (test dependencies); a plain `pip install .` needs neither
+    # `make install` has them (test dependencies); a plain `pip install .` needs neither.
+    # Imported here, as the rest the build alone needs: importing `app` stays light.
+    import shutil
+    import tempfile
+    import time
+
     from mypyc.build import mypycify
     from setuptools import Distribution
 
@@ -229,7 +235,7 @@ def _build_locked(force: bool) -> str:
         raise
     finally:
         os.chdir(cwd)
-    if {path: _source_entry(path)[0] for path in watched_files()} != {
+    if {path: _sha256(path) for path in watched_files()} != {
         path: entry[0] for path, entry in before.items()
     }:
         shutil.rmtree(new, ignore_errors=True)

@@ -46,10 +46,10 @@ class CoordinatorError(Exception):
     that says "not served by the core" need not be a failure."""
 
     def __init__(self, error: Error, message: str = "") -> None:
-        super().__init__(message or error.name)
         # an Error member, whatever int it was given: the compiled edge checks the type where
         # it reads it (app/compiled.py), inside its own error handling
         self.error = Error(error)
+        super().__init__(message or self.error.name)
         self.message = message
 
 
