@@ -34,7 +34,12 @@ from app.group.messages import (
 from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
-from app.kafka.group_replies import join_group_body, sync_group_body
+from app.kafka.group_replies import (
+    describe_groups_body,
+    described_group_entry,
+    join_group_body,
+    sync_group_body,
+)
 from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
 from app.service import CoordinatorError, CoordinatorService
 
@@ -436,65 +441,46 @@ def _describe_error(g: DescribedGroup, version: int) -> tuple[Error, str | None]
     return g.error, None
 
 
+def _describe_entry(
+    g: DescribedGroup, version: int, operations: Callable[[str], int] | None
+) -> bytes:
+    error, message = _describe_error(g, version)
+    ops = operations(g.group_id) if operations is not None and g.error == NO_ERROR else INT32_MIN
+    return described_group_entry(g, error, message, ops, version)
+
+
 def encode_describe_groups(
     groups: Sequence[DescribedGroup],
     version: int,
     operations: Callable[[str], int] | None = None,
-) -> Any:
-    return build(
-        response_class(DESCRIBE_GROUPS, version),
-        groups=[
-            {
-                "error_code": _describe_error(g, version)[0],
-                "error_message": _describe_error(g, version)[1],
-                "group_id": g.group_id,
-                "group_state": g.state,
-                "protocol_type": g.protocol_type,
-                "protocol_data": g.protocol_data,
-                "members": [
-                    {
-                        "member_id": m.member_id,
-                        "group_instance_id": m.group_instance_id,
-                        "client_id": m.client_id,
-                        "client_host": m.client_host,
-                        "member_metadata": m.metadata,
-                        "member_assignment": m.assignment,
-                    }
-                    for m in g.members
-                ],
-                # v3+, when the request asks: what the principal may do on the group
-                "authorized_operations": (
-                    operations(g.group_id)
-                    if operations is not None and g.error == NO_ERROR
-                    else INT32_MIN
-                ),
-            }
-            for g in groups
-        ],
-    )
+) -> bytes:
+    return describe_groups_body([_describe_entry(g, version, operations) for g in groups], version)
 
 
-async def handle_describe_groups(ctx: RequestContext, req: Any) -> Any:
-    def describe(group_id: str) -> DescribedGroup:
-        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            return DescribedGroup(group_id, Error.GROUP_AUTHORIZATION_FAILED)
-        described: DescribedGroup = read_or(
-            ctx,
-            group_id,
-            functools.partial(_describe_group, group_id),
-            functools.partial(DescribedGroup, group_id),
-        )
-        return described
-
-    # a group named twice is answered once
-    groups = await in_slices(dict.fromkeys(req.groups), describe)
+async def handle_describe_groups(ctx: RequestContext, req: Any) -> bytes:
+    version = ctx.api_version
     operations = None
     if getattr(req, "include_authorized_operations", False):
         operations = functools.partial(ctx.operations, ResourceType.GROUP)
-    return encode_describe_groups(groups, ctx.api_version, operations)
+
+    def describe(group_id: str) -> bytes:
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described = DescribedGroup(group_id, Error.GROUP_AUTHORIZATION_FAILED)
+        else:
+            described = read_or(
+                ctx,
+                group_id,
+                functools.partial(_describe_group, group_id),
+                functools.partial(DescribedGroup, group_id),
+            )
+        # written in the slice it is described in: the reply is never encoded in one piece
+        return _describe_entry(described, version, operations)
+
+    # a group named twice is answered once
+    return describe_groups_body(await in_slices(dict.fromkeys(req.groups), describe), version)
 
 
-def describe_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
+def describe_groups_error(ctx: RequestContext, req: Any, error: Error) -> bytes:
     return encode_describe_groups([DescribedGroup(g, error) for g in req.groups], ctx.api_version)
 
 

@@ -16,6 +16,12 @@ Layouts (Kafka's JoinGroupResponse.json / SyncGroupResponse.json):
   assignment; flexible from v4.
 - OffsetCommit: [throttle_time_ms v3+] topics[name, partitions[partition_index, error_code]];
   flexible from v8.
+- DescribeGroups: [throttle_time_ms v1+] groups[error_code, error_message (nullable) v6+,
+  group_id, group_state, protocol_type, protocol_data, members[member_id,
+  group_instance_id v4+ (nullable), client_id, client_host, member_metadata,
+  member_assignment], authorized_operations v3+]; flexible from v5. Written a group at a time,
+  so that a request naming thousands of groups is encoded in the slices it is served in: kio
+  wrote such a reply in one piece (9,999 groups: about 120 ms of one loop turn).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Final
 from kio.schema.errors import ErrorCode
 
 from app.group.messages import (
+    DescribedGroup,
     JoinGroupMember,
     JoinGroupResponse,
     PartitionResult,
@@ -85,6 +92,10 @@ def _compact_nullable_string(s: str | None) -> bytes:
 def _compact_bytes(b: bytes) -> bytes:
     n = len(b) + 1
     return (_BYTE[n] if n < 0x80 else _uvarint(n)) + b
+
+
+def _bytes(b: bytes) -> bytes:
+    return _I32.pack(len(b)) + b
 
 
 # --- JoinGroup (11) --------------------------------------------------------------------------
@@ -236,3 +247,59 @@ def offset_commit_body(partitions: Sequence[PartitionResult], version: int) -> b
             for p in parts:
                 append(pack(p.partition, _code(p.error)))
     return b"".join(out)
+
+
+# --- DescribeGroups (15) ---------------------------------------------------------------------
+
+
+def described_group_entry(
+    group: DescribedGroup, error: int, message: str | None, operations: int, version: int
+) -> bytes:
+    """One group of a DescribeGroupsResponse of `version` (0-6): `error` and `message` as the
+    edge answers them (v6 names a missing group), `operations` the authorized-operations bits."""
+    parts: list[bytes] = [_ERROR.pack(_code(error))]
+    append = parts.append
+    if version >= 5:
+        if version >= 6:
+            append(_compact_nullable_string(message))
+        append(_compact_string(group.group_id))
+        append(_compact_string(group.state))
+        append(_compact_string(group.protocol_type))
+        append(_compact_string(group.protocol_data))
+        append(_uvarint(len(group.members) + 1))
+        for m in group.members:
+            append(_compact_string(m.member_id))
+            append(_compact_nullable_string(m.group_instance_id))
+            append(_compact_string(m.client_id))
+            append(_compact_string(m.client_host))
+            append(_compact_bytes(m.metadata))
+            append(_compact_bytes(m.assignment))
+            append(b"\x00")  # the member's tagged fields
+        append(_I32.pack(operations))
+        append(b"\x00")  # the group's
+        return b"".join(parts)
+    append(_string(group.group_id))
+    append(_string(group.state))
+    append(_string(group.protocol_type))
+    append(_string(group.protocol_data))
+    append(_I32.pack(len(group.members)))
+    for m in group.members:
+        append(_string(m.member_id))
+        if version >= 4:
+            append(_nullable_string(m.group_instance_id))
+        append(_string(m.client_id))
+        append(_string(m.client_host))
+        append(_bytes(m.metadata))
+        append(_bytes(m.assignment))
+    if version >= 3:
+        append(_I32.pack(operations))
+    return b"".join(parts)
+
+
+def describe_groups_body(entries: Sequence[bytes], version: int) -> bytes:
+    """The DescribeGroupsResponse body of `version` (0-6) around its groups' entries
+    (`described_group_entry`)."""
+    if version >= 5:
+        return b"".join((_I32.pack(0), _uvarint(len(entries) + 1), *entries, b"\x00"))
+    count = _I32.pack(len(entries))
+    return b"".join((_I32.pack(0), count, *entries) if version >= 1 else (count, *entries))

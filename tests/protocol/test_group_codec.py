@@ -686,7 +686,8 @@ def test_error_builders_echo_request_shape() -> None:
     resp = kp_decode(KpOffsetCommitResponse, 8, 8, packed)
     assert [e for _t, parts in resp.topics for _p, e in parts] == [-1, -1]
     body = edge_decode(KpDescribeGroupsRequest(groups=["a", "b"]), 5)
-    resp = g.describe_groups_error(ctx(5), body, Error.UNKNOWN_SERVER_ERROR)
+    packed = g.describe_groups_error(ctx(5), body, Error.UNKNOWN_SERVER_ERROR)
+    resp = kp_decode(KpDescribeGroupsResponse, 15, 5, packed)
     assert [(x.group_id, x.error_code) for x in resp.groups] == [("a", -1), ("b", -1)]
     body = edge_decode(_kp_fetch_single({"t1": [0]}), 1)
     resp = o.offset_fetch_error(ctx(1), body, Error.UNKNOWN_SERVER_ERROR)

@@ -1,5 +1,5 @@
-"""The struct-packed JoinGroup, SyncGroup and OffsetCommit replies (app/kafka/group_replies.py) are
-kio's bytes:
+"""The struct-packed JoinGroup, SyncGroup, OffsetCommit and DescribeGroups replies
+(app/kafka/group_replies.py) are kio's bytes:
 for every version the node serves, over generated responses (property) and a table of edge
 cases (nulls, empty and long strings, multi-byte varints, unknown error codes, non-ASCII)."""
 
@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from app import compiled
 from app.group.messages import (
+    DescribedGroup,
+    DescribedMember,
     Error,
     JoinGroupMember,
     JoinGroupResponse,
@@ -21,7 +23,13 @@ from app.group.messages import (
 )
 from app.kafka import group_apis as g
 from app.kafka.codec import build, encode_body, group_by_topic, response_class
-from app.kafka.group_replies import join_group_body, offset_commit_body, sync_group_body
+from app.kafka.group_replies import (
+    describe_groups_body,
+    described_group_entry,
+    join_group_body,
+    offset_commit_body,
+    sync_group_body,
+)
 from app.kafka.offset_apis import OFFSET_COMMIT
 
 JOIN_VERSIONS = range(0, 10)
@@ -79,6 +87,43 @@ def kio_commit(partitions: list[PartitionResult], version: int) -> bytes:
         ],
     )
     return encode_body(obj)
+
+
+def kio_describe(groups: list[tuple[DescribedGroup, int, str | None, int]], version: int) -> bytes:
+    obj: Any = build(
+        response_class(g.DESCRIBE_GROUPS, version),
+        groups=[
+            {
+                "error_code": error,
+                "error_message": message,
+                "group_id": d.group_id,
+                "group_state": d.state,
+                "protocol_type": d.protocol_type,
+                "protocol_data": d.protocol_data,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata,
+                        "member_assignment": m.assignment,
+                    }
+                    for m in d.members
+                ],
+                "authorized_operations": ops,
+            }
+            for d, error, message, ops in groups
+        ],
+    )
+    return encode_body(obj)
+
+
+def packed_describe(
+    groups: list[tuple[DescribedGroup, int, str | None, int]], version: int
+) -> bytes:
+    entries = [described_group_entry(d, e, msg, ops, version) for d, e, msg, ops in groups]
+    return describe_groups_body(entries, version)
 
 
 def body(result: Any) -> bytes:
@@ -142,6 +187,63 @@ _commit_results = st.lists(
 @given(partitions=_commit_results, version=st.integers(2, 9))
 def test_offset_commit_body_is_kios_bytes(partitions: list[PartitionResult], version: int) -> None:
     assert offset_commit_body(partitions, version) == kio_commit(partitions, version)
+
+
+_described = st.builds(
+    DescribedGroup,
+    _text,
+    _errors,
+    _text,
+    _text,
+    _text,
+    st.lists(
+        st.builds(DescribedMember, _text, st.none() | _text, _text, _text, _blob, _blob),
+        max_size=3,
+    ).map(tuple),
+)
+_describe_groups = st.lists(
+    st.tuples(_described, _errors, st.none() | _text, _int32), max_size=140
+)  # over 127 groups: a two-byte compact array length
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups=_describe_groups, version=st.integers(0, 6))
+def test_describe_groups_body_is_kios_bytes(
+    groups: list[tuple[DescribedGroup, int, str | None, int]], version: int
+) -> None:
+    assert packed_describe(groups, version) == kio_describe(groups, version)
+
+
+@pytest.mark.parametrize("version", range(0, 7))
+def test_describe_groups_reply_is_kios_bytes(version: int) -> None:
+    """The edge's encoder: a Stable group with members (instance ids, metadata, assignment), a
+    missing one (GROUP_ID_NOT_FOUND with a message from v6, a Dead group before) and a refused
+    one, with and without authorized operations."""
+    stable = DescribedGroup(
+        "g1",
+        Error.NONE,
+        "Stable",
+        "consumer",
+        "range",
+        tuple(
+            DescribedMember(f"m-{i}", None if i % 2 else f"i-{i}", "cid", "/10.0.0.1", b"m", b"a")
+            for i in range(200)
+        ),
+    )
+    missing = DescribedGroup("gone", Error.NONE, "Dead")
+    refused = DescribedGroup("hidden", Error.GROUP_AUTHORIZATION_FAILED)
+    groups = [stable, missing, refused]
+    for operations, ops in ((None, -(2**31)), (lambda _g: 0b1010, 0b1010)):
+        expected = []
+        for d in groups:
+            if version >= 6 and d is missing:
+                error, message = Error.GROUP_ID_NOT_FOUND, "Group gone not found."
+            else:
+                error, message = d.error, None
+            expected.append((d, error, message, ops if d.error == Error.NONE else -(2**31)))
+        assert g.encode_describe_groups(groups, version, operations) == kio_describe(
+            expected, version
+        )
 
 
 # --- a table of the shapes a rebalance produces ------------------------------------------------

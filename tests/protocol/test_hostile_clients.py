@@ -319,3 +319,41 @@ async def test_a_core_that_raises_leaves_no_waiter_behind(
         joined = await client.join_group("boom", "", version=9)
         assert joined.error_code == Error.UNKNOWN_SERVER_ERROR
     assert node.node.runtime._waiting == {}
+
+
+@pytest.mark.pure_python  # counts the groups written per turn through a patched writer
+async def test_a_reply_naming_thousands_of_groups_is_written_a_slice_per_turn(
+    node: RunningNode, client: KafkaTestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DescribeGroups naming 2,000 groups was looked up in slices but answered in one piece:
+    9,999 groups held the loop about 120 ms while kio encoded the reply. Each group is now
+    written in the slice it is looked up in, and the reply is still every group, in order."""
+    from app.kafka import group_apis
+
+    turn = 0
+    stop = False
+
+    def tick() -> None:  # counts turns of the loop
+        nonlocal turn
+        turn += 1
+        if not stop:
+            asyncio.get_running_loop().call_soon(tick)
+
+    per_turn: dict[int, int] = {}
+    write = group_apis.described_group_entry
+
+    def counted(*args: Any) -> bytes:
+        per_turn[turn] = per_turn.get(turn, 0) + 1
+        return write(*args)
+
+    monkeypatch.setattr(group_apis, "described_group_entry", counted)
+    await stable_group(client, "real")
+    names = [f"nope-{i}" for i in range(4 * group_apis.SLICE - 1)] + ["real"]
+    asyncio.get_running_loop().call_soon(tick)
+    resp = await client.request(client.build_request(15, 5, groups=names))
+    stop = True
+    assert [d.group_id for d in resp.groups] == names
+    assert [d.group_state for d in resp.groups[-2:]] == ["Dead", "Stable"]
+    assert len(resp.groups[-1].members) == 1
+    assert sum(per_turn.values()) == len(names)
+    assert max(per_turn.values()) <= group_apis.SLICE, per_turn
