@@ -26,6 +26,7 @@ from app.group.messages import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     LeaveMember,
+    ListedGroup,
     ListGroupsRequest,
     ListGroupsResponse,
     SyncGroupRequest,
@@ -35,9 +36,12 @@ from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
 from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
 from app.kafka.group_replies import (
+    delete_groups_body,
     describe_groups_body,
     described_group_entry,
     join_group_body,
+    list_groups_body,
+    listed_group_entry,
     sync_group_body,
 )
 from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
@@ -495,54 +499,47 @@ def decode_list_groups(req: Any) -> ListGroupsRequest:
     )
 
 
-def encode_list_groups(resp: ListGroupsResponse, version: int) -> Any:
-    return build(
-        response_class(LIST_GROUPS, version),
-        error_code=resp.error,
-        groups=[
-            {
-                "group_id": g.group_id,
-                "protocol_type": g.protocol_type,
-                "group_state": g.state,
-                "group_type": g.group_type,
-            }
-            for g in resp.groups
-        ],
-    )
+def encode_list_groups(resp: ListGroupsResponse, version: int) -> bytes:
+    entries = [listed_group_entry(g, version) for g in resp.groups]
+    return list_groups_body(resp.error, entries, version)
 
 
-def handle_list_groups(ctx: RequestContext, req: Any) -> Any:
+async def handle_list_groups(ctx: RequestContext, req: Any) -> bytes:
     internal = decode_list_groups(req)
+    version = ctx.api_version
     groups, loading = ctx.service.read_all(
         lambda core: core.list_groups(internal.states_filter, internal.types_filter)
     )
-    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
-        # as Kafka: without CLUSTER DESCRIBE, the groups the principal may DESCRIBE
-        groups = [
-            g
-            for g in groups
-            if ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False)
-        ]
+    # as Kafka: without CLUSTER DESCRIBE, the groups the principal may DESCRIBE
+    everyone = ctx.allowed(
+        AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
+    )
+
+    def entry(g: ListedGroup) -> bytes:
+        if everyone or ctx.allowed(
+            AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denial=False
+        ):
+            return listed_group_entry(g, version)
+        return b""  # left out
+
+    # checked and written a slice per turn: a node may hold COORD_MAX_GROUPS groups
+    entries = [e for e in await in_slices(groups, entry) if e]
     error = Error.COORDINATOR_LOAD_IN_PROGRESS if loading else NO_ERROR
-    resp = ListGroupsResponse(error, tuple(groups))
-    return encode_list_groups(resp, ctx.api_version)
+    return list_groups_body(error, entries, version)
 
 
-def list_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
-    return encode_list_groups(ListGroupsResponse(error=error), ctx.api_version)
+def list_groups_error(ctx: RequestContext, req: Any, error: Error) -> bytes:
+    return list_groups_body(error, [], ctx.api_version)
 
 
 # --- DeleteGroups (42) -----------------------------------------------------------------------
 
 
-def encode_delete_groups(results: Sequence[DeleteGroupResult], version: int) -> Any:
-    return build(
-        response_class(DELETE_GROUPS, version),
-        results=[{"group_id": r.group_id, "error_code": r.error} for r in results],
-    )
+def encode_delete_groups(results: Sequence[DeleteGroupResult], version: int) -> bytes:
+    return delete_groups_body(results, version)
 
 
-async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
+async def handle_delete_groups(ctx: RequestContext, req: Any) -> bytes:
     async def delete(group_id: str) -> DeleteGroupResult:
         if not ctx.allowed(AclOperation.DELETE, ResourceType.GROUP, group_id):
             return DeleteGroupResult(group_id, Error.GROUP_AUTHORIZATION_FAILED)
@@ -563,7 +560,7 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> Any:
     return encode_delete_groups(results, ctx.api_version)
 
 
-def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> Any:
+def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> bytes:
     return encode_delete_groups(
         [DeleteGroupResult(g, error) for g in req.groups_names], ctx.api_version
     )

@@ -19,9 +19,14 @@ Layouts (Kafka's JoinGroupResponse.json / SyncGroupResponse.json):
 - DescribeGroups: [throttle_time_ms v1+] groups[error_code, error_message (nullable) v6+,
   group_id, group_state, protocol_type, protocol_data, members[member_id,
   group_instance_id v4+ (nullable), client_id, client_host, member_metadata,
-  member_assignment], authorized_operations v3+]; flexible from v5. Written a group at a time,
-  so that a request naming thousands of groups is encoded in the slices it is served in: kio
-  wrote such a reply in one piece (9,999 groups: about 120 ms of one loop turn).
+  member_assignment], authorized_operations v3+]; flexible from v5.
+- ListGroups: [throttle_time_ms v1+] error_code groups[group_id, protocol_type,
+  group_state v4+, group_type v5+]; flexible from v3.
+- DeleteGroups: throttle_time_ms results[group_id, error_code]; flexible from v2.
+
+DescribeGroups and ListGroups are written a group at a time, so that a reply of thousands of
+groups is encoded in the slices it is served in: kio wrote one in a single piece (9,999 described
+groups took about 120 ms of one loop turn, 100,000 listed groups about 900 ms).
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from typing import Final
 from kio.schema.errors import ErrorCode
 
 from app.group.messages import (
+    DeleteGroupResult,
     DescribedGroup,
     JoinGroupMember,
     JoinGroupResponse,
+    ListedGroup,
     PartitionResult,
     SyncGroupResponse,
 )
@@ -303,3 +310,49 @@ def describe_groups_body(entries: Sequence[bytes], version: int) -> bytes:
         return b"".join((_I32.pack(0), _uvarint(len(entries) + 1), *entries, b"\x00"))
     count = _I32.pack(len(entries))
     return b"".join((_I32.pack(0), count, *entries) if version >= 1 else (count, *entries))
+
+
+# --- ListGroups (16) -------------------------------------------------------------------------
+
+
+def listed_group_entry(group: ListedGroup, version: int) -> bytes:
+    """One group of a ListGroupsResponse of `version` (0-5)."""
+    if version >= 3:
+        parts = [_compact_string(group.group_id), _compact_string(group.protocol_type)]
+        if version >= 4:
+            parts.append(_compact_string(group.state))
+        if version >= 5:
+            parts.append(_compact_string(group.group_type))
+        parts.append(b"\x00")  # the group's tagged fields
+        return b"".join(parts)
+    return _string(group.group_id) + _string(group.protocol_type)
+
+
+def list_groups_body(error: int, entries: Sequence[bytes], version: int) -> bytes:
+    """The ListGroupsResponse body of `version` (0-5) around its groups' entries."""
+    head = _THROTTLE_ERROR.pack(0, _code(error)) if version >= 1 else _ERROR.pack(_code(error))
+    if version >= 3:
+        return b"".join((head, _uvarint(len(entries) + 1), *entries, b"\x00"))
+    return b"".join((head, _I32.pack(len(entries)), *entries))
+
+
+# --- DeleteGroups (42) -----------------------------------------------------------------------
+
+
+def delete_groups_body(results: Sequence[DeleteGroupResult], version: int) -> bytes:
+    """The DeleteGroupsResponse body of `version` (0-2)."""
+    out = [_I32.pack(0)]  # throttle_time_ms
+    append = out.append
+    if version >= 2:
+        append(_uvarint(len(results) + 1))
+        for r in results:
+            append(_compact_string(r.group_id))
+            append(_ERROR.pack(_code(r.error)))
+            append(b"\x00")  # the result's tagged fields
+        append(b"\x00")  # the body's
+    else:
+        append(_I32.pack(len(results)))
+        for r in results:
+            append(_string(r.group_id))
+            append(_ERROR.pack(_code(r.error)))
+    return b"".join(out)

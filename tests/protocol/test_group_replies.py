@@ -13,20 +13,26 @@ from hypothesis import strategies as st
 
 from app import compiled
 from app.group.messages import (
+    DeleteGroupResult,
     DescribedGroup,
     DescribedMember,
     Error,
     JoinGroupMember,
     JoinGroupResponse,
+    ListedGroup,
+    ListGroupsResponse,
     PartitionResult,
     SyncGroupResponse,
 )
 from app.kafka import group_apis as g
 from app.kafka.codec import build, encode_body, group_by_topic, response_class
 from app.kafka.group_replies import (
+    delete_groups_body,
     describe_groups_body,
     described_group_entry,
     join_group_body,
+    list_groups_body,
+    listed_group_entry,
     offset_commit_body,
     sync_group_body,
 )
@@ -244,6 +250,55 @@ def test_describe_groups_reply_is_kios_bytes(version: int) -> None:
         assert g.encode_describe_groups(groups, version, operations) == kio_describe(
             expected, version
         )
+
+
+def kio_list(resp: ListGroupsResponse, version: int) -> bytes:
+    obj: Any = build(
+        response_class(g.LIST_GROUPS, version),
+        error_code=resp.error,
+        groups=[
+            {
+                "group_id": x.group_id,
+                "protocol_type": x.protocol_type,
+                "group_state": x.state,
+                "group_type": x.group_type,
+            }
+            for x in resp.groups
+        ],
+    )
+    return encode_body(obj)
+
+
+def kio_delete(results: list[DeleteGroupResult], version: int) -> bytes:
+    obj: Any = build(
+        response_class(g.DELETE_GROUPS, version),
+        results=[{"group_id": r.group_id, "error_code": r.error} for r in results],
+    )
+    return encode_body(obj)
+
+
+_listed = st.builds(
+    ListGroupsResponse,
+    _errors,
+    st.lists(st.builds(ListedGroup, _text, _text, _text, _text), max_size=140).map(tuple),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(resp=_listed, version=st.integers(0, 5))
+def test_list_groups_body_is_kios_bytes(resp: ListGroupsResponse, version: int) -> None:
+    entries = [listed_group_entry(x, version) for x in resp.groups]
+    assert list_groups_body(resp.error, entries, version) == kio_list(resp, version)
+    assert g.encode_list_groups(resp, version) == kio_list(resp, version)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    results=st.lists(st.builds(DeleteGroupResult, _text, _errors), max_size=140),
+    version=st.integers(0, 2),
+)
+def test_delete_groups_body_is_kios_bytes(results: list[DeleteGroupResult], version: int) -> None:
+    assert delete_groups_body(results, version) == kio_delete(results, version)
 
 
 # --- a table of the shapes a rebalance produces ------------------------------------------------
