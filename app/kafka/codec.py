@@ -254,6 +254,59 @@ def encode_body(payload: Any) -> bytes:
     return buf.getvalue()
 
 
+# Sizes of the fixed-width kio types that may follow an array `with_array` splices into.
+_FIXED_WIDTH: Final[dict[str, int]] = {
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "error_code": 2,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "bool": 1,
+}
+
+
+def element_class(cls: type[Any], field: str) -> type[Any]:
+    """The nested entity class of the array `field` of `cls`."""
+    for info in field_infos(cls):
+        if info.name == field and info.array and info.entity is not None:
+            return info.entity
+    raise TypeError(f"{cls.__name__}.{field} is not an array of entities")
+
+
+def with_array(cls: type[Any], empty: bytes, field: str, elements: list[bytes]) -> bytes:
+    """kio's body of a `cls` whose array `field` holds `elements` (each one's own bytes, as
+    `encode_body(build(element_class(cls, field), ...))` writes it), from `empty`, the body
+    kio wrote with that array empty. The elements can then be encoded a slice at a time: a
+    reply of thousands of them is never written in one piece. Only fixed-width fields (and an
+    empty tagged-fields section) may follow the array."""
+    infos = field_infos(cls)
+    names = [info.name for info in infos]
+    tail = sum(_FIXED_WIDTH[info.kafka_type] for info in infos[names.index(field) + 1 :])
+    flexible = bool(cls.__flexible__)
+    if flexible:
+        tail += 1  # the body's tagged fields: none (checked below)
+    cut = len(empty) - tail - (1 if flexible else 4)
+    empty_array = b"\x01" if flexible else b"\x00\x00\x00\x00"
+    if empty[cut : cut + len(empty_array)] != empty_array or (flexible and empty[-1] != 0):
+        raise ValueError(f"{cls.__name__}: {field} is not where with_array expects it")
+    count = _uvarint(len(elements) + 1) if flexible else _COUNT.pack(len(elements))
+    return b"".join((empty[:cut], count, *elements, empty[len(empty) - tail :]))
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_COUNT: Final = struct.Struct(">i")
+
+
 def frame_response(correlation_id: int, flexible_header: bool, body: bytes) -> bytes:
     """Size prefix + response header (v0: correlation id; v1: plus empty tagged fields) + body."""
     if flexible_header:

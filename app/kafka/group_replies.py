@@ -20,6 +20,9 @@ Layouts (Kafka's JoinGroupResponse.json / SyncGroupResponse.json):
   group_id, group_state, protocol_type, protocol_data, members[member_id,
   group_instance_id v4+ (nullable), client_id, client_host, member_metadata,
   member_assignment], authorized_operations v3+]; flexible from v5.
+- OffsetFetch: [throttle_time_ms v3+] topics[name, partitions[partition_index, committed_offset,
+  committed_leader_epoch v5+, metadata, error_code]] [error_code v2+]; flexible from v6; from v8
+  groups[group_id, topics, error_code] instead.
 - ListGroups: [throttle_time_ms v1+] error_code groups[group_id, protocol_type,
   group_state v4+, group_type v5+]; flexible from v3.
 - DeleteGroups: throttle_time_ms results[group_id, error_code]; flexible from v2.
@@ -40,9 +43,11 @@ from kio.schema.errors import ErrorCode
 from app.group.messages import (
     DeleteGroupResult,
     DescribedGroup,
+    FetchedOffset,
     JoinGroupMember,
     JoinGroupResponse,
     ListedGroup,
+    OffsetFetchResponse,
     PartitionResult,
     SyncGroupResponse,
 )
@@ -54,6 +59,8 @@ _ERROR: Final = struct.Struct(">h")
 _THROTTLE_ERROR: Final = struct.Struct(">ih")
 _I32_I16: Final = struct.Struct(">ih")
 _ERROR_GEN: Final = struct.Struct(">hi")
+_PARTITION_OFFSET: Final = struct.Struct(">iq")
+_PARTITION_OFFSET_EPOCH: Final = struct.Struct(">iqi")
 _THROTTLE_ERROR_GEN: Final = struct.Struct(">ihi")
 _NULL16: Final = _I16.pack(-1)
 _BYTE: Final = tuple(bytes((i,)) for i in range(0x80))
@@ -355,4 +362,56 @@ def delete_groups_body(results: Sequence[DeleteGroupResult], version: int) -> by
         for r in results:
             append(_string(r.group_id))
             append(_ERROR.pack(_code(r.error)))
+    return b"".join(out)
+
+
+# --- OffsetFetch (9) -------------------------------------------------------------------------
+
+
+def _fetched_topics(partitions: Sequence[FetchedOffset], version: int) -> bytes:
+    """The topics array of an OffsetFetchResponse (or of one of its groups, v8+)."""
+    by_topic = group_by_topic((p.topic, p) for p in partitions)
+    flexible = version >= 6
+    with_epoch = version >= 5
+    pack, pack_epoch, pack_error = _PARTITION_OFFSET.pack, _PARTITION_OFFSET_EPOCH.pack, _ERROR.pack
+    out = [_uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic))]
+    append = out.append
+    for name, parts in by_topic.items():
+        append(_compact_string(name) if flexible else _string(name))
+        append(_uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts)))
+        for p in parts:
+            if with_epoch:
+                append(pack_epoch(p.partition, p.offset, p.leader_epoch))
+            else:
+                append(pack(p.partition, p.offset))
+            append(_compact_string(p.metadata) if flexible else _string(p.metadata))
+            append(pack_error(_code(p.error)))
+            if flexible:
+                append(b"\x00")  # the partition's tagged fields
+        if flexible:
+            append(b"\x00")  # the topic's
+    return b"".join(out)
+
+
+def offset_fetch_body(responses: Sequence[OffsetFetchResponse], version: int) -> bytes:
+    """The OffsetFetchResponse body of `version` (1-9): one group's answer before v8 (its error
+    at top level from v2, and repeated on its partitions by the caller), any number from v8 (a
+    group in error carries no topics)."""
+    throttle = _I32.pack(0)
+    if version >= 8:
+        out = [throttle, _uvarint(len(responses) + 1)]
+        for r in responses:
+            out.append(_compact_string(r.group_id))
+            out.append(_fetched_topics(r.partitions if r.error == 0 else (), version))
+            out.append(_ERROR.pack(_code(r.error)))
+            out.append(b"\x00")  # the group's tagged fields
+        out.append(b"\x00")  # the body's
+        return b"".join(out)
+    (resp,) = responses
+    out = [throttle] if version >= 3 else []
+    out.append(_fetched_topics(resp.partitions, version))
+    if version >= 2:
+        out.append(_ERROR.pack(_code(resp.error)))
+    if version >= 6:
+        out.append(b"\x00")
     return b"".join(out)

@@ -31,7 +31,14 @@ from app.kafka.apis import (
     unsupported_api_versions_frame,
     version_table,
 )
-from app.kafka.codec import build, request_class, response_class
+from app.kafka.codec import (
+    build,
+    element_class,
+    encode_body,
+    request_class,
+    response_class,
+    with_array,
+)
 from app.kafka.context import NO_RESPONSE
 from app.kafka.tagged import strip_unknown_tags
 from tests.protocol.wire import ctx, edge_decode, kp_call
@@ -186,6 +193,42 @@ async def test_metadata_unknown_topic(client: KafkaTestClient, version: int) -> 
         ("nope", 3, 0),
         ("t6", 0, 6),
     ]
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+def test_a_reply_spliced_from_its_elements_is_kios_bytes(version: int) -> None:
+    """Metadata replies are written a topic at a time (`with_array`): the body is the one kio
+    writes for the whole reply, in every version, past 127 topics (a two-byte count) too."""
+    cls = response_class(cl.METADATA, version)
+    topics = [
+        cl._topic_entry(f"t-{i}", i % 4, 3, i) if i % 3 else {"error_code": 3, "name": f"u{i}"}
+        for i in range(130)
+    ]
+    fields: dict[str, Any] = {
+        "brokers": [{"node_id": 3, "host": "h", "port": 9092, "rack": None}],
+        "cluster_id": "c",
+        "controller_id": 3,
+        "cluster_authorized_operations": 5,
+        "error_code": Error.NONE,
+    }
+    whole = encode_body(build(cls, topics=topics, **fields))
+    empty = encode_body(build(cls, topics=[], **fields))
+    elements = [encode_body(build(element_class(cls, "topics"), **t)) for t in topics]
+    assert with_array(cls, empty, "topics", elements) == whole
+    assert with_array(cls, empty, "topics", []) == empty
+    with pytest.raises(TypeError):
+        element_class(cls, "controller_id")
+
+
+async def test_metadata_naming_thousands_of_topics_answers_each_in_order(
+    client: KafkaTestClient,
+) -> None:
+    names = [f"nope-{i}" for i in range(2_100)] + ["t6", "nope-7", "t1"]
+    resp = await _metadata(client, 12, names)
+    answered = [(t.name, t.error_code, len(t.partitions)) for t in resp.topics]
+    assert answered[:2] == [("nope-0", 3, 0), ("nope-1", 3, 0)]
+    assert answered[-2:] == [("t6", 0, 6), ("t1", 0, 3)]  # nope-7 named twice: answered once
+    assert len(answered) == 2_102
 
 
 # --- FindCoordinator -------------------------------------------------------------------------

@@ -690,5 +690,6 @@ def test_error_builders_echo_request_shape() -> None:
     resp = kp_decode(KpDescribeGroupsResponse, 15, 5, packed)
     assert [(x.group_id, x.error_code) for x in resp.groups] == [("a", -1), ("b", -1)]
     body = edge_decode(_kp_fetch_single({"t1": [0]}), 1)
-    resp = o.offset_fetch_error(ctx(1), body, Error.UNKNOWN_SERVER_ERROR)
+    packed = o.offset_fetch_error(ctx(1), body, Error.UNKNOWN_SERVER_ERROR)
+    resp = kp_decode(KpOffsetFetchResponse, 9, 1, packed)
     assert [p.error_code for t in resp.topics for p in t.partitions] == [-1]

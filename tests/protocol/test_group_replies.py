@@ -17,10 +17,12 @@ from app.group.messages import (
     DescribedGroup,
     DescribedMember,
     Error,
+    FetchedOffset,
     JoinGroupMember,
     JoinGroupResponse,
     ListedGroup,
     ListGroupsResponse,
+    OffsetFetchResponse,
     PartitionResult,
     SyncGroupResponse,
 )
@@ -34,9 +36,10 @@ from app.kafka.group_replies import (
     list_groups_body,
     listed_group_entry,
     offset_commit_body,
+    offset_fetch_body,
     sync_group_body,
 )
-from app.kafka.offset_apis import OFFSET_COMMIT
+from app.kafka.offset_apis import OFFSET_COMMIT, OFFSET_FETCH
 
 JOIN_VERSIONS = range(0, 10)
 SYNC_VERSIONS = range(0, 6)
@@ -299,6 +302,68 @@ def test_list_groups_body_is_kios_bytes(resp: ListGroupsResponse, version: int) 
 )
 def test_delete_groups_body_is_kios_bytes(results: list[DeleteGroupResult], version: int) -> None:
     assert delete_groups_body(results, version) == kio_delete(results, version)
+
+
+def kio_fetch(responses: list[OffsetFetchResponse], version: int) -> bytes:
+    """kio's encoding, built the way offset_apis did before the packed writer."""
+
+    def topics(r: OffsetFetchResponse) -> list[dict[str, Any]]:
+        if r.error != Error.NONE and version >= 8:
+            return []
+        return [
+            {
+                "name": name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition,
+                        "committed_offset": p.offset,
+                        "committed_leader_epoch": p.leader_epoch,
+                        "metadata": p.metadata,
+                        "error_code": p.error,
+                    }
+                    for p in parts
+                ],
+            }
+            for name, parts in group_by_topic((p.topic, p) for p in r.partitions).items()
+        ]
+
+    cls = response_class(OFFSET_FETCH, version)
+    if version >= 8:
+        groups = [
+            {"group_id": r.group_id, "topics": topics(r), "error_code": r.error} for r in responses
+        ]
+        return encode_body(build(cls, groups=groups))
+    (r,) = responses
+    return encode_body(build(cls, topics=topics(r), error_code=r.error))
+
+
+_fetched = st.builds(
+    OffsetFetchResponse,
+    _text,
+    _errors,
+    st.lists(
+        st.builds(
+            FetchedOffset,
+            st.sampled_from(["t1", "t2", "ü" * 70]) | _text,
+            _int32,
+            st.integers(-(2**63), 2**63 - 1),
+            _int32,
+            _text,
+            _errors,
+        ),
+        max_size=140,
+    ).map(tuple),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(responses=st.lists(_fetched, min_size=1, max_size=3), version=st.integers(1, 9))
+def test_offset_fetch_body_is_kios_bytes(
+    responses: list[OffsetFetchResponse], version: int
+) -> None:
+    if version < 8:
+        responses = responses[:1]  # one group before v8
+    assert offset_fetch_body(responses, version) == kio_fetch(responses, version)
 
 
 # --- a table of the shapes a rebalance produces ------------------------------------------------
