@@ -47,6 +47,7 @@ from kio.serial import entity_reader
 
 from app.group.consumer_protocol import decode_assignment
 from app.group.records import RecordType, group_key
+from app.kafka.codec import uvarint
 from bench.common import no_collection, node, run_workers
 from bench.rebalance_echo import control_frame, echo_server
 from bench.report import BenchOptions, Figure, fmt_ms, median, percentile
@@ -60,21 +61,9 @@ JOIN, SYNC = 11, 14
 MEMBER_ID_REQUIRED = 79
 
 _I16, _I32, _HI = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">hi")
-_BYTE = [bytes((i,)) for i in range(0x80)]
 
 
 # ---- wire encoding (flexible request header v2, compact fields) ---------------------------------
-
-
-def _uv(n: int) -> bytes:
-    if n < 0x80:
-        return _BYTE[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _cs(s: str | None) -> bytes:
@@ -82,11 +71,11 @@ def _cs(s: str | None) -> bytes:
     if s is None:
         return b"\0"
     b = s.encode()
-    return _uv(len(b) + 1) + b
+    return uvarint(len(b) + 1) + b
 
 
 def _cb(b: bytes) -> bytes:
-    return _uv(len(b) + 1) + b
+    return uvarint(len(b) + 1) + b
 
 
 def _frame(api_key: int, version: int, corr: int, client_id: str, body: bytes) -> bytes:
@@ -102,7 +91,7 @@ def join_frame(corr: int, client_id: str, group: str, member_id: str, metadata: 
         + _cs(member_id)
         + b"\0"  # group_instance_id null: dynamic member
         + _cs("consumer")
-        + _uv(2)
+        + uvarint(2)
         + _cs("range")
         + _cb(metadata)
         + b"\0"
@@ -127,7 +116,7 @@ def sync_frame(
         b"\0",
         _cs("consumer"),
         _cs("range"),
-        _uv(len(assignments) + 1),
+        uvarint(len(assignments) + 1),
     ]
     parts.extend(_cs(m) + _cb(a) + b"\0" for m, a in assignments)
     parts.append(b"\0")

@@ -254,6 +254,22 @@ def encode_body(payload: Any) -> bytes:
     return buf.getvalue()
 
 
+_BYTE: Final = tuple(bytes((i,)) for i in range(0x80))
+_COUNT: Final = struct.Struct(">i")
+
+
+def uvarint(n: int) -> bytes:
+    """An unsigned varint, as flexible versions write lengths and counts (n + 1)."""
+    if n < 0x80:
+        return _BYTE[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 # Sizes of the fixed-width kio types that may follow an array `with_array` splices into.
 _FIXED_WIDTH: Final[dict[str, int]] = {
     "int8": 1,
@@ -291,20 +307,8 @@ def with_array(cls: type[Any], empty: bytes, field: str, elements: list[bytes]) 
     empty_array = b"\x01" if flexible else b"\x00\x00\x00\x00"
     if empty[cut : cut + len(empty_array)] != empty_array or (flexible and empty[-1] != 0):
         raise ValueError(f"{cls.__name__}: {field} is not where with_array expects it")
-    count = _uvarint(len(elements) + 1) if flexible else _COUNT.pack(len(elements))
+    count = uvarint(len(elements) + 1) if flexible else _COUNT.pack(len(elements))
     return b"".join((empty[:cut], count, *elements, empty[len(empty) - tail :]))
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_COUNT: Final = struct.Struct(">i")
 
 
 def frame_response(correlation_id: int, flexible_header: bool, body: bytes) -> bytes:

@@ -51,7 +51,7 @@ from app.group.messages import (
     PartitionResult,
     SyncGroupResponse,
 )
-from app.kafka.codec import group_by_topic
+from app.kafka.codec import group_by_topic, uvarint
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -73,17 +73,6 @@ def _code(error: int) -> int:
     return _CODES.get(error, -1)
 
 
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return _BYTE[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _string(s: str) -> bytes:
     b = s.encode()
     return _I16.pack(len(b)) + b
@@ -96,7 +85,7 @@ def _nullable_string(s: str | None) -> bytes:
 def _compact_string(s: str) -> bytes:
     b = s.encode()
     n = len(b) + 1
-    return (_BYTE[n] if n < 0x80 else _uvarint(n)) + b
+    return (_BYTE[n] if n < 0x80 else uvarint(n)) + b
 
 
 def _compact_nullable_string(s: str | None) -> bytes:
@@ -105,7 +94,7 @@ def _compact_nullable_string(s: str | None) -> bytes:
 
 def _compact_bytes(b: bytes) -> bytes:
     n = len(b) + 1
-    return (_BYTE[n] if n < 0x80 else _uvarint(n)) + b
+    return (_BYTE[n] if n < 0x80 else uvarint(n)) + b
 
 
 def _bytes(b: bytes) -> bytes:
@@ -131,19 +120,19 @@ def _members_legacy(members: tuple[JoinGroupMember, ...], with_instance: bool) -
 
 
 def _members_compact(members: tuple[JoinGroupMember, ...]) -> bytes:
-    parts = [_uvarint(len(members) + 1)]
+    parts = [uvarint(len(members) + 1)]
     append = parts.append
     byte = _BYTE
     for m in members:
         mid = m.member_id.encode()
         n = len(mid) + 1
-        append(byte[n] if n < 0x80 else _uvarint(n))
+        append(byte[n] if n < 0x80 else uvarint(n))
         append(mid)
         instance_id = m.group_instance_id
         append(b"\x00" if instance_id is None else _compact_string(instance_id))
         meta = m.metadata
         n = len(meta) + 1
-        append(byte[n] if n < 0x80 else _uvarint(n))
+        append(byte[n] if n < 0x80 else uvarint(n))
         append(meta)
         append(b"\x00")  # the member's tagged fields
     return b"".join(parts)
@@ -244,10 +233,10 @@ def offset_commit_body(partitions: Sequence[PartitionResult], version: int) -> b
     out = [_I32.pack(0)] if version >= 3 else []  # throttle_time_ms
     append = out.append
     if flexible:
-        append(_uvarint(len(by_topic) + 1))
+        append(uvarint(len(by_topic) + 1))
         for name, parts in by_topic.items():
             append(_compact_string(name))
-            append(_uvarint(len(parts) + 1))
+            append(uvarint(len(parts) + 1))
             for p in parts:
                 append(pack(p.partition, _code(p.error)))
                 append(b"\x00")  # the partition's tagged fields
@@ -280,7 +269,7 @@ def described_group_entry(
         append(_compact_string(group.state))
         append(_compact_string(group.protocol_type))
         append(_compact_string(group.protocol_data))
-        append(_uvarint(len(group.members) + 1))
+        append(uvarint(len(group.members) + 1))
         for m in group.members:
             append(_compact_string(m.member_id))
             append(_compact_nullable_string(m.group_instance_id))
@@ -314,7 +303,7 @@ def describe_groups_body(entries: Sequence[bytes], version: int) -> bytes:
     """The DescribeGroupsResponse body of `version` (0-6) around its groups' entries
     (`described_group_entry`)."""
     if version >= 5:
-        return b"".join((_I32.pack(0), _uvarint(len(entries) + 1), *entries, b"\x00"))
+        return b"".join((_I32.pack(0), uvarint(len(entries) + 1), *entries, b"\x00"))
     count = _I32.pack(len(entries))
     return b"".join((_I32.pack(0), count, *entries) if version >= 1 else (count, *entries))
 
@@ -339,7 +328,7 @@ def list_groups_body(error: int, entries: Sequence[bytes], version: int) -> byte
     """The ListGroupsResponse body of `version` (0-5) around its groups' entries."""
     head = _THROTTLE_ERROR.pack(0, _code(error)) if version >= 1 else _ERROR.pack(_code(error))
     if version >= 3:
-        return b"".join((head, _uvarint(len(entries) + 1), *entries, b"\x00"))
+        return b"".join((head, uvarint(len(entries) + 1), *entries, b"\x00"))
     return b"".join((head, _I32.pack(len(entries)), *entries))
 
 
@@ -351,7 +340,7 @@ def delete_groups_body(results: Sequence[DeleteGroupResult], version: int) -> by
     out = [_I32.pack(0)]  # throttle_time_ms
     append = out.append
     if version >= 2:
-        append(_uvarint(len(results) + 1))
+        append(uvarint(len(results) + 1))
         for r in results:
             append(_compact_string(r.group_id))
             append(_ERROR.pack(_code(r.error)))
@@ -374,11 +363,11 @@ def _fetched_topics(partitions: Sequence[FetchedOffset], version: int) -> bytes:
     flexible = version >= 6
     with_epoch = version >= 5
     pack, pack_epoch, pack_error = _PARTITION_OFFSET.pack, _PARTITION_OFFSET_EPOCH.pack, _ERROR.pack
-    out = [_uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic))]
+    out = [uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic))]
     append = out.append
     for name, parts in by_topic.items():
         append(_compact_string(name) if flexible else _string(name))
-        append(_uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts)))
+        append(uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts)))
         for p in parts:
             if with_epoch:
                 append(pack_epoch(p.partition, p.offset, p.leader_epoch))
@@ -399,7 +388,7 @@ def offset_fetch_body(responses: Sequence[OffsetFetchResponse], version: int) ->
     group in error carries no topics)."""
     throttle = _I32.pack(0)
     if version >= 8:
-        out = [throttle, _uvarint(len(responses) + 1)]
+        out = [throttle, uvarint(len(responses) + 1)]
         for r in responses:
             out.append(_compact_string(r.group_id))
             out.append(_fetched_topics(r.partitions if r.error == 0 else (), version))
