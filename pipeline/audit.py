@@ -27,12 +27,21 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from app.group.records import RecordType
+from pipeline.commits import (
+    INTERVAL_SCHEMA,
+    PARTIAL_SCHEMA,
+    partial_batches,
+    partial_row_groups,
+    prepare_intervals,
+    row_group_tasks,
+)
 from pipeline.decode import (
     INPUT_COLUMNS,
     MEMBER_SCHEMA,
@@ -46,6 +55,9 @@ from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
+# group records whose intervals each commit task receives (about 50 bytes each): past this the
+# commits are sequenced by the window, which broadcasts them the JVM's way
+MAX_SHIPPED_INTERVALS = 1_000_000
 # bitmaps of 32768 offsets (4 KiB each) the duplicate check may build: 32 MiB, 2^28 offsets
 BITMAP_BUCKETS = 1 << 13
 
@@ -106,18 +118,26 @@ def _is_local_path(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
-def read_log(spark: Any, input_dir: str) -> Any:
-    """log + history with `log_partition`, `log_offset` and `in_history`."""
-    from pyspark.sql import functions as F
-
+def input_paths(input_dir: str) -> dict[str, bool]:
+    """The export's Parquet paths, each with whether it is the history."""
     base = input_dir.rstrip("/")
-    frames = []
+    paths = {}
     for name, in_history in (("log.parquet", False), ("history.parquet", True)):
         path = f"{base}/{name}"
         if _is_local_path(path) and not Path(path.removeprefix("file://")).exists():
             if name == "log.parquet":
                 raise FileNotFoundError(f"{path}: not a `coordinator export` directory")
             continue
+        paths[path] = in_history
+    return paths
+
+
+def read_log(spark: Any, input_dir: str) -> Any:
+    """log + history with `log_partition`, `log_offset` and `in_history`."""
+    from pyspark.sql import functions as F
+
+    frames = []
+    for path, in_history in input_paths(input_dir).items():
         df = spark.read.parquet(path).select(*LOG_COLUMN_NAMES)
         frames.append(df.withColumn("in_history", F.lit(in_history)))
     recs = frames[0]
@@ -699,11 +719,85 @@ class Audit:
     # ---- offset commits ------------------------------------------------------------------------
 
     def _commits(self, recs: Any, records: Any) -> Any:
-        """Offset commits in one pass: decode, the generation as of the log, each partition's
-        sequence, and per partition the activity, the count checked for monotonic offsets and
-        the rare rows an invariant reports (violations, records that do not decode). Only those
-        few rows per partition are kept: the 10M commits are never cached."""
+        """Offset commits: per partition the activity, the count checked for monotonic offsets
+        and the rare rows an invariant reports (violations, records that do not decode). The
+        10M commits are never cached: one pass folds each batch's stretch of every partition
+        into a partial row (pipeline/commits.py) and the JVM joins the partials in log order;
+        the window over every commit (`_commits_by_window`) runs when the partials cannot be
+        joined (a partition's stretches interleave), and only the flagged rows are sequenced
+        again when the counts say there are some."""
+        from pyspark.sql import functions as F
+
+        intervals = self._metadata_intervals(records)
+        one_part = intervals.groupBy("m_group").agg(F.countDistinct("m_part").alias("n"))
+        table = None
+        if one_part.filter(F.col("n") > 1).isEmpty():
+            table = intervals.toArrow()
+        if table is None or table.num_rows > MAX_SHIPPED_INTERVALS:
+            log("  group metadata in several log partitions or too many: commits by window")
+            return self._commits_by_window(recs, records)
+        shipped = prepare_intervals(table.cast(INTERVAL_SCHEMA))
+        schema = _spark_schema(PARTIAL_SCHEMA)
+        if _is_local_path(self.input_dir):
+            # the workers read the row groups themselves (pipeline/commits.py)
+            tasks = self.spark.createDataFrame(row_group_tasks(list(input_paths(self.input_dir))))
+            fold = partial(
+                partial_row_groups,
+                intervals=shipped,
+                record_type=RecordType.OFFSET_COMMIT.value,
+            )
+            partials = tasks.mapInArrow(fold, schema)
+        else:
+            raw = recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value).select(
+                *OFFSET_INPUT_COLUMNS
+            )
+            partials = raw.mapInArrow(partial(partial_batches, intervals=shipped), schema)
+        partitions = self.persist(_combine_partials(partials))
+        counts = partitions.agg(
+            F.sum("_flagged"), F.sum("_checked"), F.sum("_interleaved"), F.count("*")
+        ).first()
+        if counts[2]:
+            log(f"  {counts[2]:,} partitions' commits interleave across batches: by window")
+            partitions.unpersist()
+            return self._commits_by_window(recs, records)
+        self._commit_partitions = partitions.drop("_interleaved")
+        self._commits_checked = int(counts[1] or 0)
+        n_flagged = int(counts[0] or 0)
+        if n_flagged:
+            keys = ["group_id", "topic", "partition"]
+            commits = self._decoded_commits(recs, records)
+            flagged_rows = self._commit_sequences(commits, keys).filter(_flagged())
+        else:
+            flagged_rows = self._decoded_commits(recs, records).limit(0)
+            flagged_rows = self._commit_sequences(flagged_rows, ["group_id"])
+        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
+        self._offset_violations = flagged_rows.filter(F.col("violation"))
+        return self._commit_partitions
+
+    @staticmethod
+    def _metadata_intervals(records: Any) -> Any:
+        """Each group record's stretch of the log, [its offset, the group's next record's): the
+        commits in it belong to its generation (a tombstone's: generation -1, the next
+        incarnation)."""
         from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        seq = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
+        return records.select(
+            F.col("group_id").alias("m_group"),
+            F.col("log_partition").alias("m_part"),
+            F.col("log_offset").alias("m_from"),
+            F.lead("log_offset").over(seq).alias("m_to"),
+            F.when(F.col("kind") == "tombstone", F.lit(-1))
+            .otherwise(F.col("generation"))
+            .alias("m_gen"),
+            (F.col("incarnation") + (F.col("kind") == "tombstone").cast("int")).alias("m_inc"),
+        )
+
+    def _decoded_commits(self, recs: Any, records: Any) -> Any:
+        """Every offset commit decoded, with the generation as of the log: the group's latest
+        metadata record before it. Metadata records are few: each one's interval is broadcast
+        and joined on the group, so the commits are not sorted for this."""
         from pyspark.sql import functions as F
 
         off = (
@@ -739,40 +833,33 @@ class Audit:
                 "ok",
             )
         )
-        # The generation as of each commit: the group's latest metadata record before it in
-        # the log. Metadata records are few: each one's interval [its offset, the next one's)
-        # is broadcast and joined on the group, so the commits are not sorted for this.
-        seq = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
-        intervals = records.select(
-            F.col("group_id").alias("m_group"),
-            F.col("log_partition").alias("m_part"),
-            F.col("log_offset").alias("m_from"),
-            F.lead("log_offset").over(seq).alias("m_to"),
-            F.when(F.col("kind") == "tombstone", F.lit(-1))
-            .otherwise(F.col("generation"))
-            .alias("m_gen"),
-            (F.col("incarnation") + (F.col("kind") == "tombstone").cast("int")).alias("m_inc"),
-        )
+        intervals = self._metadata_intervals(records)
         during = (
             (F.col("group_id") == F.col("m_group"))
             & (F.col("log_partition") == F.col("m_part"))
             & (F.col("log_offset") > F.col("m_from"))
             & (F.col("m_to").isNull() | (F.col("log_offset") < F.col("m_to")))
         )
-        commits = (
+        return (
             off.join(F.broadcast(intervals), during, "left")
             .withColumn("generation", F.coalesce("m_gen", F.lit(-1)))
             .withColumn("incarnation", F.coalesce("m_inc", F.lit(0)))
             .drop("m_group", "m_part", "m_from", "m_to", "m_gen", "m_inc")
         )
-        # Each partition's sequence in log order. Records that do not decode (`ok` false) never
-        # stand next to a good one: they sort first and a row only looks back at a row with
-        # the same `ok`. The window is partitioned by a 64-bit hash of the partition's name
-        # alone, so the sort of all commits compares fixed-width keys only (the names, equal
-        # within a partition, were read in full on every tie); the aggregate below groups by
-        # hash and name on the same shuffle. Two partitions sharing a hash would share one
-        # window: the aggregate finds them (two names under one hash), and then the sequences
-        # are computed again with the names in the window's keys.
+
+    def _commits_by_window(self, recs: Any, records: Any) -> Any:
+        """The commits' figures from a window over every commit, partitioned by partition.
+
+        Records that do not decode (`ok` false) never stand next to a good one: they sort
+        first and a row only looks back at a row with the same `ok`. The window is partitioned
+        by a 64-bit hash of the partition's name alone, so the sort of all commits compares
+        fixed-width keys only (the names, equal within a partition, were read in full on every
+        tie); the aggregate below groups by hash and name on the same shuffle. Two partitions
+        sharing a hash would share one window: the aggregate finds them (two names under one
+        hash), and then the sequences are computed again with the names in the window's keys."""
+        from pyspark.sql import functions as F
+
+        commits = self._decoded_commits(recs, records)
         commits = commits.withColumn("_h", _partition_hash("group_id", "topic", "partition"))
         keys = ["_h", "group_id", "topic", "partition"]
 
@@ -793,7 +880,7 @@ class Audit:
             window_keys = keys
             partitions = per_partition(window_keys)
             counts = partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
-        self._commit_partitions = partitions
+        self._commit_partitions = partitions.drop("_h")
         n_flagged = int(counts[0] or 0)
         self._commits_checked = int(counts[1] or 0)
         sequenced = self._commit_sequences(commits, window_keys)
@@ -835,7 +922,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         activity = per_partition.filter(F.col("_decoded") > 0).drop(
-            "_h", "_decoded", "_checked", "_flagged"
+            "_decoded", "_checked", "_flagged"
         )
         return self.write("commit_activity", activity)
 
@@ -1185,6 +1272,72 @@ def _partition_hash(*cols: str) -> Any:
     from pyspark.sql import functions as F
 
     return F.xxhash64(*cols)
+
+
+def _combine_partials(partials: Any) -> Any:
+    """Per partition, the partials of its stretches (pipeline/commits.py) joined in log order:
+    the sums, plus the step from each stretch's last commit to the next one's first (a delta
+    across a batch boundary). `_interleaved` counts stretches that start before the one
+    before them ends, or sit in another log partition: then the sums are not the sequence's."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = ["group_id", "topic", "partition"]
+    # stretches without a decoded commit (null first_lo) sort first and step from nothing
+    w = Window.partitionBy(*keys).orderBy("first_lo")
+    c = F.col
+
+    def prev(name: str) -> Any:
+        return F.lag(name).over(w)
+
+    p = partials.select(
+        "*",
+        prev("last_lo").alias("p_lo"),
+        prev("log_partition").alias("p_lp"),
+        prev("last_tombstone").alias("p_tombstone"),
+        prev("last_co").alias("p_co"),
+        prev("last_gen").alias("p_gen"),
+        prev("last_inc").alias("p_inc"),
+    )
+    step = c("p_tombstone").isNotNull() & ~c("p_tombstone") & ~c("first_tombstone")
+    delta = F.when(step, c("first_co") - c("p_co"))
+    step_violation = (
+        step
+        & (delta < 0)
+        & (c("first_source") != SOURCE_RESET)
+        & (c("first_gen") == c("p_gen"))
+        & (c("first_inc") == c("p_inc"))
+    )
+    interleaved = c("p_lo").isNotNull() & (
+        (c("p_lo") >= c("first_lo")) | (c("p_lp") != c("log_partition"))
+    )
+
+    def total(col: str, extra: Any) -> Any:
+        return (F.sum(col) + F.coalesce(F.sum(extra), F.lit(0))).alias(col)
+
+    return p.groupBy(*keys).agg(
+        F.sum("commits").alias("commits"),
+        F.sum("member_commits").alias("member_commits"),
+        F.sum("resets").alias("resets"),
+        F.sum("tombstones").alias("tombstones"),
+        F.min("first_commit_ms").alias("first_commit_ms"),
+        F.max("last_commit_ms").alias("last_commit_ms"),
+        F.min_by("live_first_co", "live_first_lo").alias("first_offset"),
+        F.max_by("live_last_co", "live_last_lo").alias("last_offset"),
+        F.min("min_offset").alias("min_offset"),
+        F.max("max_offset").alias("max_offset"),
+        total("offset_advance", F.when(delta > 0, delta)),
+        total("offset_rewound", F.when(delta < 0, -delta)),
+        total("regressions", (delta < 0).cast("long")),
+        total("violations", step_violation.cast("long")),
+        F.size(F.array_distinct(F.flatten(F.collect_list("generations"))))
+        .cast("long")
+        .alias("generations"),
+        F.sum("decoded").alias("_decoded"),
+        total("checked", step.cast("long")).alias("_checked"),
+        total("flagged", step_violation.cast("long")).alias("_flagged"),
+        F.sum(interleaved.cast("long")).alias("_interleaved"),
+    )
 
 
 def _flagged() -> Any:
