@@ -24,6 +24,9 @@ GOAL_S, GOAL_RATIO = 60.0, 8.0
 # the stages the audit logs, in the order it runs them, with a short name for the notes; a
 # stage run beside others (Audit.beside) overlaps them
 STAGES = {
+    "one pass over every record (counts, offsets seen)": "one pass over every record",
+    "decoding group metadata (members, assignments)": "group metadata",
+    # an export read by Spark's scan (not a local directory)
     "input summary (every record in log + history)": "input summary (beside group metadata)",
     "reading + decoding group metadata (members, assignments)": "read + group metadata",
     "generations, partitions moved": "generations",

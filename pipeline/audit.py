@@ -35,12 +35,12 @@ import pyarrow as pa
 
 from app.group.records import RecordType
 from pipeline.commits import (
+    FOLD_ROWS,
     INTERVAL_SCHEMA,
     PARTIAL_SCHEMA,
     partial_batches,
     partial_row_groups,
     prepare_intervals,
-    row_group_tasks,
 )
 from pipeline.decode import (
     INPUT_COLUMNS,
@@ -50,6 +50,15 @@ from pipeline.decode import (
     decode_group_batches,
     decode_offsets,
     decode_registration_batches,
+)
+from pipeline.scan import (
+    BITMAP,
+    MAX_BITMAPS_PER_ROW_GROUP,
+    RECORD,
+    SCAN_SCHEMA,
+    SUMMARY,
+    row_group_tasks,
+    scan_row_groups,
 )
 from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
@@ -160,6 +169,13 @@ class Audit:
         self._persisted: list[Any] = []
         self._beside_stages: list[Future[Any]] = []
         self._written: dict[str, Any] = {}  # each table written, as read back
+        # a local export is read by the Python workers, row group by row group (pipeline/
+        # scan.py); anywhere else by Spark's scan
+        self.arrow_reads = _is_local_path(input_dir)
+        self.fold_rows = FOLD_ROWS  # commits folded at once into partials
+        self.max_bitmaps = MAX_BITMAPS_PER_ROW_GROUP  # offset bitmaps a row group may emit
+        self.commits_by = ""  # "partials" or "window": how the commits were sequenced
+        self._scan: Any = None
 
     # ---- plumbing ---------------------------------------------------------------------------
 
@@ -225,18 +241,28 @@ class Audit:
         t0 = time.monotonic()
         try:
             recs = read_log(self.spark, self.input_dir)
-            # the input summary, an aggregate of every record in the JVM, runs beside the group
-            # metadata stage, which starts the Python workers
-            input_summary = self.beside(
-                "input summary (every record in log + history)",
-                lambda: self._write_input_summary(recs),
-            )
-            with progress(self.spark, "reading + decoding group metadata (members, assignments)"):
-                # every record but the offset commits (the few that need Python to decode),
-                # read once and kept for the stages below
-                self._others = self._other_records(recs)
-                members, records = self._group_records(recs)
-            input_rows = input_summary.result()
+            if self.arrow_reads:
+                with progress(self.spark, "one pass over every record (counts, offsets seen)"):
+                    self._scan = self._scan_records()
+                    input_rows = self._write_input_summary(recs)
+                with progress(self.spark, "decoding group metadata (members, assignments)"):
+                    self._others = self._other_records(recs)
+                    members, records = self._group_records(recs)
+            else:
+                # the input summary, an aggregate of every record in the JVM, runs beside the
+                # group metadata stage, which starts the Python workers
+                input_summary = self.beside(
+                    "input summary (every record in log + history)",
+                    lambda: self._write_input_summary(recs),
+                )
+                with progress(
+                    self.spark, "reading + decoding group metadata (members, assignments)"
+                ):
+                    # every record but the offset commits (the few that need Python to
+                    # decode), read once and kept for the stages below
+                    self._others = self._other_records(recs)
+                    members, records = self._group_records(recs)
+                input_rows = input_summary.result()
             # static identity reads the members alone: its small jobs run beside the next
             # stages' small jobs, the two threads filling each other's idle slot and gaps
             static_identity = self.beside(
@@ -302,14 +328,42 @@ class Audit:
         self._input_rows = input_rows
         return input_rows
 
+    def _scan_records(self) -> Any:
+        """The one pass over every record (pipeline/scan.py), computed now and cached: its
+        rows are per row group counts and bitmaps, and the records other than commits."""
+        tasks = self.spark.createDataFrame(row_group_tasks(input_paths(self.input_dir)))
+        scan = tasks.mapInArrow(
+            partial(
+                scan_row_groups,
+                skip_type=RecordType.OFFSET_COMMIT.value,
+                max_bitmaps=self.max_bitmaps,
+            ),
+            _spark_schema(SCAN_SCHEMA),
+        )
+        return self.persist(scan, materialize=True)
+
     def _input_summary(self, recs: Any) -> Any:
-        """Counts per record type, file and log partition from one aggregate in the JVM (no
-        Python pass over the whole input); it also keeps each log partition's offset range,
-        which sizes the duplicate check (`_positions`)."""
+        """Counts per record type, file and log partition, summed from the one pass's counts
+        per row group, or (`recs` read by Spark) from one aggregate in the JVM; it also keeps
+        each log partition's offset range, which sizes the duplicate check (`_positions`)."""
         from pyspark.sql import functions as F
 
-        shape = self.persist(
-            recs.groupBy("record_type", "in_history", "log_partition").agg(
+        keys = ["record_type", "in_history", "log_partition"]
+        if self._scan is not None:
+            shape = (
+                self._scan.filter(F.col("kind") == SUMMARY)
+                .groupBy(*keys)
+                .agg(
+                    F.sum("records").alias("records"),
+                    F.sum("tombstones").alias("tombstones"),
+                    F.min("first_append_ms").alias("first_append_ms"),
+                    F.max("last_append_ms").alias("last_append_ms"),
+                    F.min("min_offset").alias("min_offset"),
+                    F.max("max_offset").alias("max_offset"),
+                )
+            )
+        else:
+            shape = recs.groupBy(*keys).agg(
                 F.count("*").alias("records"),
                 F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
                 F.min("append_time_ms").alias("first_append_ms"),
@@ -317,7 +371,7 @@ class Audit:
                 F.min("log_offset").alias("min_offset"),
                 F.max("log_offset").alias("max_offset"),
             )
-        )
+        shape = self.persist(shape)
         self._shape = shape
         kind = (
             F.when(F.col("record_type") == RecordType.GROUP_METADATA.value, "group_metadata")
@@ -343,10 +397,14 @@ class Audit:
     def _other_records(self, recs: Any) -> Any:
         from pyspark.sql import functions as F
 
+        if self._scan is not None:
+            rest = self._scan.filter(F.col("kind") == RECORD)
+        else:
+            rest = recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
         others = self.persist(
-            recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
-            .select(*INPUT_COLUMNS, "record_type")
-            .repartition(max(1, min(4, self.spark.sparkContext.defaultParallelism)))
+            rest.select(*INPUT_COLUMNS, "record_type").repartition(
+                max(1, min(4, self.spark.sparkContext.defaultParallelism))
+            )
         )
         log(f"  {others.count():,} records other than offset commits")
         return others
@@ -738,13 +796,14 @@ class Audit:
             return self._commits_by_window(recs, records)
         shipped = prepare_intervals(table.cast(INTERVAL_SCHEMA))
         schema = _spark_schema(PARTIAL_SCHEMA)
-        if _is_local_path(self.input_dir):
+        if self.arrow_reads:
             # the workers read the row groups themselves (pipeline/commits.py)
-            tasks = self.spark.createDataFrame(row_group_tasks(list(input_paths(self.input_dir))))
+            tasks = self.spark.createDataFrame(row_group_tasks(input_paths(self.input_dir)))
             fold = partial(
                 partial_row_groups,
                 intervals=shipped,
                 record_type=RecordType.OFFSET_COMMIT.value,
+                fold_rows=self.fold_rows,
             )
             partials = tasks.mapInArrow(fold, schema)
         else:
@@ -761,6 +820,7 @@ class Audit:
             partitions.unpersist()
             return self._commits_by_window(recs, records)
         self._commit_partitions = partitions.drop("_interleaved")
+        self.commits_by = "partials"
         self._commits_checked = int(counts[1] or 0)
         n_flagged = int(counts[0] or 0)
         if n_flagged:
@@ -881,6 +941,7 @@ class Audit:
             partitions = per_partition(window_keys)
             counts = partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
         self._commit_partitions = partitions.drop("_h")
+        self.commits_by = "window"
         n_flagged = int(counts[0] or 0)
         self._commits_checked = int(counts[1] or 0)
         sequenced = self._commit_sequences(commits, window_keys)
@@ -948,19 +1009,24 @@ class Audit:
             return positions
         keys = ["log_partition", "bucket"]
         bucketed = positions.withColumn("bucket", F.bitmap_bucket_number("log_offset"))
-        doubtful = (
-            bucketed.groupBy(*keys)
-            .agg(
+        if self._scan is not None:
+            # each row group's bitmaps (pipeline/scan.py), ORed
+            bitmaps = self._scan.filter(F.col("kind") == BITMAP)
+            if not bitmaps.filter(F.col("bitmap").isNull()).isEmpty():
+                return positions  # a row group's offsets too spread for bitmaps
+            per_bucket = bitmaps.groupBy(*keys).agg(
+                F.sum("records").alias("records"),
+                F.bitmap_count(F.bitmap_or_agg("bitmap")).alias("distinct"),
+            )
+        else:
+            per_bucket = bucketed.groupBy(*keys).agg(
                 F.count("*").alias("records"),
                 # a null offset sets no bit: its bucket (null) is doubtful
                 F.bitmap_count(F.bitmap_construct_agg(F.bitmap_bit_position("log_offset"))).alias(
                     "distinct"
                 ),
             )
-            .filter(F.col("records") > F.col("distinct"))
-            .select(*keys)
-            .collect()
-        )
+        doubtful = per_bucket.filter(F.col("records") > F.col("distinct")).select(*keys).collect()
         if not doubtful:
             return positions.limit(0)
         d = self.spark.createDataFrame(

@@ -18,7 +18,6 @@ is found per batch too, from the groups' metadata intervals handed to every task
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +26,8 @@ import pyarrow.compute as pc
 from pipeline.decode import _be, _binary_parts, _signed
 
 SOURCE_RESET = 1
+# commits folded at once when the workers read the row groups (about 100 bytes each in memory)
+FOLD_ROWS = 400_000
 
 # the groups' metadata intervals each task receives: [m_from, m_to) of one group's log
 INTERVAL_SCHEMA = pa.schema(
@@ -135,15 +136,13 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
     import numpy as np
 
     n = batch.num_rows
-    kd, ks, kl, _ = _binary_parts(batch.column("key"))
+    # the partition's name is the key after its version: its layout is checked and decoded
+    # once per distinct name (the same checks as decode.decode_offset_batch)
+    encoded = pc.binary_slice(batch.column("key").fill_null(b""), 2, 1 << 30).dictionary_encode()
+    code = np.asarray(encoded.indices, np.int64)
+    name_ok, gid, topic, partition = _names(encoded.dictionary)
+    key_ok = name_ok[code]
     vd, vs, vl, live = _binary_parts(batch.column("value"))
-    # the same layout checks as decode.decode_offset_batch
-    key_ok = kl >= 6
-    glen = _signed(_be(kd, ks + 2, 4, key_ok), 4).astype(np.int64)
-    key_ok &= (glen >= 0) & (kl >= 10 + glen)
-    glen = np.where(key_ok, glen, 0)
-    tlen = _signed(_be(kd, ks + 6 + glen, 4, key_ok), 4).astype(np.int64)
-    key_ok &= (tlen >= 0) & (kl >= 14 + glen + tlen)
     vok = live & (vl >= 18)
     version = _signed(_be(vd, vs, 2, vok), 2)
     mlen = _signed(_be(vd, vs + 14, 4, vok), 4).astype(np.int64)
@@ -158,10 +157,6 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
         version >= 1, _signed(_be(vd, vs + 34 + mlen, 2, vok & (version >= 1)), 2), 0
     ).astype(np.int16)
 
-    # the partition's name is the key after its version: one code per distinct name, decoded once
-    names = pc.binary_slice(batch.column("key").fill_null(b""), 2, 1 << 30)
-    encoded = names.dictionary_encode()
-    code = np.asarray(encoded.indices, np.int64)
     lp = np.asarray(batch.column("log_partition").fill_null(-1), np.int64)
     lo = np.asarray(batch.column("log_offset").fill_null(-1), np.int64)
     # each stretch: one name in one log partition, records that do not decode first (they
@@ -170,14 +165,12 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
     code, lp, lo, ok, tomb = code[order], lp[order], lo[order], ok[order], tomb[order]
     co, ts, source = co[order], ts[order], source[order]
     live = ~tomb
-    starts = np.flatnonzero(
-        np.concatenate([[True], (code[1:] != code[:-1]) | (lp[1:] != lp[:-1])])
-    )
+    starts = np.flatnonzero(np.concatenate([[True], (code[1:] != code[:-1]) | (lp[1:] != lp[:-1])]))
     seg = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(np.append(starts, n)))
 
-    # the names of the stretches, decoded from the dictionary (one per distinct name)
-    first_rows = order[starts]
-    gid, topic, partition = _names(kd, ks, glen, tlen, key_ok, first_rows)
+    # the names of the stretches
+    names = pa.array(code[starts])
+    gid, topic, partition = gid.take(names), topic.take(names), partition.take(names)
     gen, inc = _generations(intervals, gid, seg, lp, lo)
 
     nseg = len(starts)
@@ -193,9 +186,7 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
     regression = both_live & (delta < 0)
     prev_gen = np.concatenate([[0], gen[:-1]])
     prev_inc = np.concatenate([[0], inc[:-1]])
-    violation = (
-        ok & regression & (source != SOURCE_RESET) & (gen == prev_gen) & (inc == prev_inc)
-    )
+    violation = ok & regression & (source != SOURCE_RESET) & (gen == prev_gen) & (inc == prev_inc)
 
     okl = ok & live
     big = np.iinfo(np.int64).max
@@ -267,26 +258,34 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [
             a if isinstance(a, pa.Array) else pa.array(a, f.type)
-            for a, f in zip((arrays[f.name] for f in PARTIAL_SCHEMA), PARTIAL_SCHEMA)
+            for a, f in zip((arrays[f.name] for f in PARTIAL_SCHEMA), PARTIAL_SCHEMA, strict=True)
         ],
         schema=PARTIAL_SCHEMA,
     )
 
 
-def _names(kd: Any, ks: Any, glen: Any, tlen: Any, key_ok: Any, rows: Any) -> tuple[Any, ...]:
-    """(group_id, topic, partition) of the given rows, decoded from their keys (empty names and
-    partition 0 where the key does not decode, as decode.decode_offset_batch)."""
+def _names(names: pa.Array) -> tuple[Any, pa.Array, pa.Array, pa.Array]:
+    """Per distinct key after its version (str group | str topic | i32 partition): whether it
+    decodes, and its group_id, topic and partition (empty names and partition 0 where it does
+    not, as decode.decode_offset_batch)."""
     import numpy as np
 
     from pipeline.decode import _strings
 
-    k, s = key_ok[rows], ks[rows]
-    g = np.where(k, glen[rows], 0)
-    t = np.where(k, tlen[rows], 0)
-    partition = _signed(_be(kd, s + 10 + g + t, 4, k), 4)
+    d, s, length, _ = _binary_parts(names)
+    ok = length >= 4
+    glen = _signed(_be(d, s, 4, ok), 4).astype(np.int64)
+    ok &= (glen >= 0) & (length >= 8 + glen)
+    glen = np.where(ok, glen, 0)
+    tlen = _signed(_be(d, s + 4 + glen, 4, ok), 4).astype(np.int64)
+    ok &= (tlen >= 0) & (length >= 12 + glen + tlen)
+    tlen = np.where(ok, tlen, 0)
+    glen = np.where(ok, glen, 0)
+    partition = _signed(_be(d, s + 8 + glen + tlen, 4, ok), 4)
     return (
-        _strings(kd, s + 6, g),
-        _strings(kd, s + 10 + g, t),
+        ok,
+        _strings(d, s + 4, glen),
+        _strings(d, s + 8 + glen, tlen),
         pa.array(partition, pa.int32()),
     )
 
@@ -300,41 +299,31 @@ def partial_batches(
             yield partial_batch(batch, intervals)
 
 
-# ---- reading the export's Parquet in the Python workers -------------------------------------
-# Handing 10M keys and values from the JVM's scan to Python workers through Arrow costs more
-# than the whole fold (8 s against 3 s at 10M on 2 cores): on a local input each task reads
-# its own row groups with pyarrow instead, and Spark only schedules the tasks.
-
-TASK_SCHEMA = pa.schema([("path", pa.string()), ("row_group", pa.int32())])
-
-
-def row_group_tasks(paths: list[str]) -> pa.Table:
-    """One task per row group of every Parquet file under `paths` (files or directories)."""
-    import pyarrow.parquet as pq
-
-    files: list[str] = []
-    for p in paths:
-        path = Path(p.removeprefix("file://"))
-        files += [str(f) for f in sorted(path.glob("*.parquet"))] if path.is_dir() else [str(path)]
-    rows = [(f, i) for f in files for i in range(pq.ParquetFile(f).metadata.num_row_groups)]
-    return pa.table(
-        {"path": [r[0] for r in rows], "row_group": [r[1] for r in rows]}, schema=TASK_SCHEMA
-    )
-
-
 def partial_row_groups(
-    tasks: Iterator[pa.RecordBatch], intervals: pa.Table, record_type: int
+    tasks: Iterator[pa.RecordBatch],
+    intervals: pa.Table,
+    record_type: int,
+    fold_rows: int = FOLD_ROWS,
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body over TASK_SCHEMA rows: each row group's offset commits -> partials."""
-    import pyarrow.parquet as pq
+    """mapInArrow body over scan.TASK_SCHEMA rows: each row group's offset commits, read by
+    the worker itself (handing 10M keys and values from the JVM's scan to Python through
+    Arrow costs more than the whole fold: 8 s against 3 s at 10M on 2 cores) -> partials."""
+    from pipeline.scan import read_row_groups
 
-    columns = ["partition", "offset", "record_type", "key", "value"]
-    for task in tasks:
-        for path, group in zip(task.column("path").to_pylist(), task.column("row_group").to_pylist()):
-            t = pq.ParquetFile(path).read_row_group(group, columns=columns)
-            t = t.filter(pc.equal(t["record_type"], record_type))
-            if t.num_rows:
-                batch = t.rename_columns(
-                    ["log_partition", "log_offset", "record_type", "key", "value"]
-                ).combine_chunks().to_batches()[0]
-                yield partial_batch(batch, intervals)
+    # consecutive row groups of a task are one stretch of the log: folded together up to
+    # `fold_rows`, a partition's commits make fewer partials for the JVM to join
+    pending: list[pa.Table] = []
+    rows = 0
+    for t, _ in read_row_groups(tasks):
+        t = t.filter(pc.equal(t["record_type"], record_type))
+        pending.append(t)
+        rows += t.num_rows
+        if rows >= fold_rows:
+            yield _fold(pending, intervals)
+            pending, rows = [], 0
+    if rows:
+        yield _fold(pending, intervals)
+
+
+def _fold(tables: list[pa.Table], intervals: pa.Table) -> pa.RecordBatch:
+    return partial_batch(pa.concat_tables(tables).combine_chunks().to_batches()[0], intervals)

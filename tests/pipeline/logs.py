@@ -7,8 +7,10 @@ out with exactly the numbers below and no violation, corrupted ones must be flag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -118,21 +120,34 @@ class LogBuilder:
         r = registration_record(gid, v)
         return self.add(r.type, r.key, r.value, at)
 
-    def write(self, out: Path, duplicate_into_history: int | None = None) -> Path:
+    def write(
+        self,
+        out: Path,
+        duplicate_into_history: int | None = None,
+        row_group_size: int | None = None,
+        history_order: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> Path:
+        """`row_group_size`: rows per Parquet row group (pyarrow's default: all in one);
+        `history_order`: a sort key for the history file's rows (default: log order)."""
         out.mkdir(parents=True, exist_ok=True)
         log = [r for r in self.rows if r["offset"] not in self.history]
         hist = [dict(r, compacted_at_ms=999_999) for r in self.rows if r["offset"] in self.history]
         if duplicate_into_history is not None:
             hist.append(dict(self.rows[duplicate_into_history], compacted_at_ms=999_999))
-        pq.write_table(pa.Table.from_pylist(log, schema=LOG_SCHEMA), out / "log.parquet")
-        pq.write_table(pa.Table.from_pylist(hist, schema=HISTORY_SCHEMA), out / "history.parquet")
+        if history_order is not None:
+            hist.sort(key=history_order)
+        for rows, schema, name in ((log, LOG_SCHEMA, "log"), (hist, HISTORY_SCHEMA, "history")):
+            table = pa.Table.from_pylist(rows, schema=schema)
+            pq.write_table(table, out / f"{name}.parquet", row_group_size=row_group_size)
         return out
 
 
 T = 1_000_000  # all times are T + something
 
 
-def known_log(out: Path) -> Path:
+def known_log(out: Path, duplicate: bool = True, **write: Any) -> Path:
+    """`duplicate`: one commit also in the history (a position held twice); `write`: as
+    LogBuilder.write."""
     b = LogBuilder()
     # -- g-basic: a dynamic and a static member, a static restart, a third member moves 3
     b.group(
@@ -327,4 +342,4 @@ def known_log(out: Path) -> Path:
     b.add(RecordType.OFFSET_COMMIT, c.key, c.value[:12], T + 10_000)
     b.add(9, b"\x00\x00mystery", b"?", T + 10_000)
     dup = b.commit("dup", "t12", 0, 5, T + 10_000)
-    return b.write(out, duplicate_into_history=dup)
+    return b.write(out, duplicate_into_history=dup if duplicate else None, **write)

@@ -58,3 +58,56 @@ def test_duplicate_positions(
 ) -> None:
     monkeypatch.setattr(audit, "BITMAP_BUCKETS", buckets)  # 0: every position is grouped
     assert duplicates(spark, tmp_path) == {(0, 5): (2, 1), (0, 7): (2, 2), (0, None): (2, 1)}
+
+
+def export_of_positions(out: Path) -> Path:
+    """POSITIONS as a `coordinator export` (every column nullable), two rows a row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, schema, in_history in (
+        ("log", LOG_SCHEMA, False),
+        ("history", HISTORY_SCHEMA, True),
+    ):
+        schema = pa.schema([f.with_nullable(True) for f in schema])
+        rows = [
+            {"partition": p, "offset": o, "record_type": 2, "key": b"k", "value": b"v"}
+            for p, o, h in POSITIONS
+            if h == in_history
+        ]
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), out / f"{name}.parquet", 2)
+    return out
+
+
+@pytest.mark.parametrize("max_bitmaps", [64, 0], ids=["bitmaps", "too-spread"])
+def test_duplicate_positions_from_the_one_pass(
+    spark: Any, tmp_path: Path, max_bitmaps: int
+) -> None:
+    """The workers' bitmaps per row group (pipeline/scan.py), ORed by Spark, find the same
+    duplicates; a row group too spread for its bitmaps makes every position grouped."""
+    from pyspark.sql import functions as F
+
+    export = export_of_positions(tmp_path / "export")
+    a = Audit(spark, str(export), str(tmp_path / "out"))
+    a.max_bitmaps = max_bitmaps
+    recs = audit.read_log(spark, str(export))
+    try:
+        a._scan = a._scan_records()
+        a._input_summary(recs).collect()
+        positions = a._positions(recs)
+        grouped = positions.count()
+        rows = (
+            positions.groupBy("log_partition", "log_offset")
+            .agg(F.count("*").alias("copies"), F.sum(F.col("in_history").cast("int")).alias("h"))
+            .filter(F.col("copies") > 1)
+            .collect()
+        )
+    finally:
+        a.release()
+    # the bitmaps leave out the buckets without a duplicate
+    assert grouped == (len(POSITIONS) if max_bitmaps == 0 else 7)
+    found = {(r["log_partition"], r["log_offset"]): (r["copies"], r["h"]) for r in rows}
+    assert found == {(0, 5): (2, 1), (0, 7): (2, 2), (0, None): (2, 1)}
