@@ -208,14 +208,14 @@ class Audit:
 
     def beside(self, stage: str, work: Callable[[], Any]) -> Future[Any]:
         """Run `work`, a stage the next ones do not read, from another driver thread while they
-        run: its jobs go to a scheduler pool of their own (`spark.scheduler.mode` FAIR), so
+        run: its jobs go to a scheduler pool of its own (`spark.scheduler.mode` FAIR), so
         its tasks take the slots the next stages' small jobs leave idle (one task on two
         slots, the driver planning the next job) and a task slot is shared as soon as one
         frees. `.result()` waits for it and raises what it raised."""
         sc = self.spark.sparkContext
 
         def body() -> Any:
-            sc.setLocalProperty("spark.scheduler.pool", "beside")
+            sc.setLocalProperty("spark.scheduler.pool", f"beside: {stage}")
             try:
                 with progress(self.spark, stage):
                     return work()
@@ -263,11 +263,21 @@ class Audit:
                     self._others = self._other_records(recs)
                     members, records = self._group_records(recs)
                 input_rows = input_summary.result()
-            # static identity reads the members alone: its small jobs run beside the next
-            # stages' small jobs, the two threads filling each other's idle slot and gaps
+            # Everything below reads the group records and the one pass's cache, and only the
+            # invariants and the per-group summary read each other's tables: the commits (a
+            # pass over every commit, both slots busy), the static identity and the duplicate
+            # check run beside generations, scale-ups and reasons, whose small jobs leave a
+            # slot idle most of the time
+            commits = self.beside(
+                "offset commits (generation as of the log, movement)",
+                lambda: self._commit_activity(self._commits(recs, records)),
+            )
             static_identity = self.beside(
                 "static replacements, SkipAssignment, fenced instances",
                 lambda: self._static_identity(members),
+            )
+            positions = self.beside(
+                "duplicate log positions: offset bitmaps", lambda: self._positions(recs)
             )
             with progress(self.spark, "generations, partitions moved"):
                 gens = self._generations(members, records)
@@ -275,15 +285,8 @@ class Audit:
                 self._scale_ups(recs, gens)
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
+            activity = commits.result()
             static_identity.result()
-            # the duplicate check's offset bitmaps (one narrow aggregate of every position) run
-            # beside the commits and fill the slot their last map tasks leave idle
-            positions = self.beside(
-                "duplicate log positions: offset bitmaps", lambda: self._positions(recs)
-            )
-            with progress(self.spark, "offset commits (generation as of the log, movement)"):
-                commits = self._commits(recs, records)
-                activity = self._commit_activity(commits)
             with progress(self.spark, "invariants"):
                 invariants = self._invariants(positions.result(), members, records)
             with progress(self.spark, "per-group summary"):

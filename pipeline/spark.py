@@ -64,6 +64,12 @@ def build_session(
     if local:
         conf.update(
             {
+                # The JIT's optimising tier (C2) took 38 of the JVM's 82 CPU-seconds in an
+                # audit of 10M records on local[2]: hundreds of short queries, each with its
+                # own generated classes, on the cores the tasks need. C1 alone compiles them
+                # for a fraction of that; a long scan runs slower (0.9 s -> 1.9 s for 10M
+                # values warm), the audit faster (50-58 s -> 47 s). Clusters keep the default.
+                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
                 "spark.sql.shuffle.partitions": str(shuffle_partitions or 8),
@@ -102,7 +108,11 @@ def progress(spark: Any, stage: str, every_s: float = 5.0) -> Iterator[None]:
     t0 = time.monotonic()
     log(f"{stage} ...")
     stop = threading.Event()
-    tracker = spark.sparkContext.statusTracker()
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    # the stage names this thread's jobs (Spark UI, event log)
+    described = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(stage)
 
     def watch() -> None:
         while not stop.wait(every_s):
@@ -123,6 +133,7 @@ def progress(spark: Any, stage: str, every_s: float = 5.0) -> Iterator[None]:
     try:
         yield
     finally:
+        sc.setJobDescription(described)
         stop.set()
         t.join(1)
         log(f"{stage} done in {time.monotonic() - t0:.1f} s")

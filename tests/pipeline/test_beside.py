@@ -20,7 +20,7 @@ def test_beside_runs_in_a_pool_of_its_own_and_returns_its_result(
     pool = a.beside(
         "pool", lambda: (sc.getLocalProperty("spark.scheduler.pool"), sc.range(5).sum())
     )
-    assert pool.result() == ("beside", 10)
+    assert pool.result() == ("beside: pool", 10)
     assert sc.getLocalProperty("spark.scheduler.pool") is None  # this thread's jobs: default
 
 
