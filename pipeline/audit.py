@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from app.group.records import RecordType
 from pipeline.commits import (
@@ -789,15 +790,15 @@ class Audit:
         again when the counts say there are some."""
         from pyspark.sql import functions as F
 
-        intervals = self._metadata_intervals(records)
-        one_part = intervals.groupBy("m_group").agg(F.countDistinct("m_part").alias("n"))
-        table = None
-        if one_part.filter(F.col("n") > 1).isEmpty():
-            table = intervals.toArrow()
-        if table is None or table.num_rows > MAX_SHIPPED_INTERVALS:
-            log("  group metadata in several log partitions or too many: commits by window")
+        if self.tables["group_records"] > MAX_SHIPPED_INTERVALS:
+            log(f"  more than {MAX_SHIPPED_INTERVALS:,} group records to ship: commits by window")
             return self._commits_by_window(recs, records)
-        shipped = prepare_intervals(table.cast(INTERVAL_SCHEMA))
+        table = self._metadata_intervals(records).toArrow().cast(INTERVAL_SCHEMA)
+        spread = table.group_by("m_group").aggregate([("m_part", "count_distinct")])
+        if (pc.max(spread["m_part_count_distinct"]).as_py() or 0) > 1:
+            log("  a group's records in several log partitions: commits by window")
+            return self._commits_by_window(recs, records)
+        shipped = prepare_intervals(table)
         schema = _spark_schema(PARTIAL_SCHEMA)
         if self.arrow_reads:
             # the workers read the row groups themselves (pipeline/commits.py)
