@@ -827,15 +827,10 @@ class Audit:
         self.commits_by = "partials"
         self._commits_checked = int(counts[1] or 0)
         n_flagged = int(counts[0] or 0)
-        if n_flagged:
-            keys = ["group_id", "topic", "partition"]
-            commits = self._decoded_commits(recs, records)
-            flagged_rows = self._commit_sequences(commits, keys).filter(_flagged())
-        else:
-            flagged_rows = self._decoded_commits(recs, records).limit(0)
-            flagged_rows = self._commit_sequences(flagged_rows, ["group_id"])
-        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
-        self._offset_violations = flagged_rows.filter(F.col("violation"))
+        keys = ["group_id", "topic", "partition"]
+        self._keep_flagged(
+            self._commit_sequences(self._decoded_commits(recs, records), keys), n_flagged
+        )
         return self._commit_partitions
 
     @staticmethod
@@ -948,11 +943,17 @@ class Audit:
         self.commits_by = "window"
         n_flagged = int(counts[0] or 0)
         self._commits_checked = int(counts[1] or 0)
-        sequenced = self._commit_sequences(commits, window_keys)
+        self._keep_flagged(self._commit_sequences(commits, window_keys), n_flagged)
+        return self._commit_partitions
+
+    def _keep_flagged(self, sequenced: Any, n_flagged: int) -> None:
+        """The rows an invariant reports, from the sequenced commits: read again only when
+        the counts found some (none in a healthy log)."""
+        from pyspark.sql import functions as F
+
         flagged_rows = sequenced.filter(_flagged()) if n_flagged else sequenced.limit(0)
         self._bad_offsets = flagged_rows.filter(~F.col("ok"))
         self._offset_violations = flagged_rows.filter(F.col("violation"))
-        return self._commit_partitions
 
     @staticmethod
     def _commit_sequences(commits: Any, window_keys: list[str]) -> Any:
