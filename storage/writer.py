@@ -76,6 +76,9 @@ class LogWriter:
         self.records_written = 0
         # called after each committed transaction with (records, seconds)
         self.on_commit: Callable[[int, float], None] | None = None
+        # the store failing appends since the last one that committed: (what it said, first
+        # and last failure, monotonic s); e.g. a full disk, while small lease updates still fit
+        self.failing: tuple[str, float, float] | None = None
 
     @property
     def queued(self) -> int:
@@ -179,6 +182,12 @@ class LogWriter:
                 continue
             except StorageError as e:
                 log.warning("append of %d batches failed: %s", len(txn), e)
+                t = time.monotonic()
+                self.failing = (
+                    f"{type(e).__name__}: {e}",
+                    self.failing[1] if self.failing else t,
+                    t,
+                )
                 for s in txn:
                     _fail(s, e)
                 return
@@ -188,6 +197,7 @@ class LogWriter:
                     _fail(s, e)
                 return
             self.transactions += 1
+            self.failing = None
             if self.on_commit is not None:
                 self.on_commit(sum(len(s.records) for s in txn), time.perf_counter() - started)
             for s, offset in zip(txn, offsets, strict=True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any, TypeVar
 
 from app.config import Settings, advertised_admin_url
@@ -178,11 +179,17 @@ class CoordinatorNode:
         return (row.expires_at_ms - t) if row else None
 
     def storage_error(self) -> dict[str, Any] | None:
-        """The database failing this node's lease rounds, if it does (readiness says why)."""
+        """The database failing this node's lease rounds or its appends, if it does (readiness
+        says why). A failed append counts for one lease TTL unless one commits meanwhile: with
+        no traffic after it, nothing else would ever clear it."""
         e = self.leasing.round_error
-        if e is None:
-            return None
-        return {"error": e[0], "for_ms": monotonic_ms() - e[1]}
+        if e is not None:
+            return {"error": e[0], "for_ms": monotonic_ms() - e[1]}
+        a = self.writer.failing
+        now = time.monotonic()
+        if a is not None and (now - a[2]) * 1000 < self.settings.lease_ttl_ms:
+            return {"error": a[0], "for_ms": int((now - a[1]) * 1000)}
+        return None
 
     def load_error(self, pid: int) -> dict[str, Any] | None:
         """Why this node's last load of `pid` failed (None: it did not)."""
@@ -243,12 +250,13 @@ class CoordinatorNode:
             await asyncio.gather(*tasks)
 
     def ready(self) -> bool:
-        """Every partition this node owns is loaded and surely still its own (a node owning
-        nothing yet is not ready)."""
+        """Every partition this node owns is loaded and surely still its own, and the database
+        takes its writes (a node owning nothing yet is not ready)."""
         t = monotonic_ms()
         planned = [pid for pid, node in self.plan.items() if node == self.node_id]
         return (
             bool(self.partitions)
+            and self.storage_error() is None  # serving, but commits and joins fail
             and all(pid in self.partitions for pid in planned)  # e.g. a load failed: retrying
             and all(
                 p.state is PartitionState.ACTIVE and t < p.valid_until

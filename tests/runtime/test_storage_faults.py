@@ -21,8 +21,9 @@ RETRIABLE = {14, 15, 16, 7}  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR,
 class Committer:
     """Commits ever larger offsets to one partition; remembers what was acknowledged."""
 
-    def __init__(self, client: KafkaTestClient) -> None:
+    def __init__(self, client: KafkaTestClient, metadata: str = "") -> None:
         self.client = client
+        self.metadata = metadata
         self.next = 1
         self.acked = 0
         self.errors: dict[int, int] = {}
@@ -30,7 +31,7 @@ class Committer:
     async def once(self) -> int:
         offset, self.next = self.next, self.next + 1
         try:
-            resp = await self.client.offset_commit("g", {("t1", 0): offset})
+            resp = await self.client.offset_commit("g", {("t1", 0): offset}, metadata=self.metadata)
         except (ConnectionError, TimeoutError):
             self.client = await KafkaTestClient.connect(*self.client_address)
             return -1
@@ -60,9 +61,12 @@ async def committed(n: RunningNode) -> int:
 
 
 async def outage(
-    n: RunningNode, start: Callable[[], Awaitable[None]], end: Callable[[], Awaitable[None]]
+    n: RunningNode,
+    start: Callable[[], Awaitable[None]],
+    end: Callable[[], Awaitable[None]],
+    metadata: str = "",
 ) -> Committer:
-    c = Committer(await n.client())
+    c = Committer(await n.client(), metadata)
     c.client_address = ("127.0.0.1", n.port)
     await c.until(lambda e: c.acked >= 20, 20)
     await start()
@@ -76,7 +80,7 @@ async def outage(
         if n.node.storage_error() is not None:
             break
         await asyncio.sleep(0.25)
-    assert n.node.storage_error() is not None and not n.node.ready()  # /readyz says why
+    assert n.node.storage_error() is not None and not n.node.ready(), n.node.storage_error()
     await end()
     await c.until(lambda e: e == 0, 60)  # recovered by itself
     for _ in range(300):  # the next lease rounds succeed (stale pooled connections are dropped)
@@ -102,21 +106,37 @@ def small_disk(where: Path, size: str = "16M") -> Iterator[Path]:
 async def test_sqlite_on_a_full_disk(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk") as disk:
         filler = disk / "filler"
+        hog: asyncio.Task[None] | None = None
 
-        async def fill() -> None:
+        def take(size: int) -> None:
             # the WAL may have taken the last bytes already: ENOSPC at open is the same outage
-            with contextlib.suppress(OSError), open(filler, "wb") as f:
+            with contextlib.suppress(OSError), open(filler, "ab") as f:
                 while True:
-                    f.write(b"\0" * 65536)
+                    f.write(b"\0" * size)
                     f.flush()
 
+        async def hold() -> None:
+            # SQLite frees blocks as it checkpoints and trims its WAL; left free, they would let
+            # small commits through and the outage would end by itself
+            while True:
+                take(4096)
+                await asyncio.sleep(0.01)
+
+        async def fill() -> None:
+            nonlocal hog
+            take(65536)
+            hog = asyncio.create_task(hold())
+
         async def free() -> None:
+            assert hog is not None
+            hog.cancel()
             filler.unlink(missing_ok=True)
 
         async with running_node(
             tmp_path, database_url=f"sqlite+aiosqlite:///{disk}/c.db", lease_ttl_ms=2000
         ) as n:
-            c = await outage(n, fill, free)
+            # commits that need new pages (the metadata), not just the ones freed before
+            c = await outage(n, fill, free, metadata="m" * 2000)
             assert c.acked > 20
 
 

@@ -670,6 +670,7 @@ class EventLogSuite(SecuritySuite):
             else:
                 assert isinstance(fut.exception(), FencedError)
         assert len(counting.calls) == 2  # rejected once, retried without partition 1
+        assert writer.failing is None  # a fenced partition is not the store failing
         assert await log.end_offset(1) == 0 and await log.end_offset(0) == 5
 
     async def test_writer_storage_error_fails_the_transaction_only(self, log: EventLog) -> None:
@@ -681,7 +682,9 @@ class EventLogSuite(SecuritySuite):
         writer.start()
         await asyncio.wait(doomed)
         assert all(isinstance(f.exception(), OperationalError) for f in doomed)
+        assert writer.failing is not None and "disk on fire" in writer.failing[0]  # /readyz
         assert await writer.submit(0, e, [rec(9)]) == 0
+        assert writer.failing is None  # the store takes writes again
         await writer.stop()
 
     async def test_writer_stop_flushes_then_refuses(self, log: EventLog) -> None:
