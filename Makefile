@@ -2,12 +2,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test lint typecheck migrate bench fuzz clean
+.PHONY: install deps spark-classes run test lint typecheck migrate bench fuzz clean
 
 # the hot modules compiled with mypyc into .build/compiled (app/compiled.py); does nothing when
 # the build matches the sources, and the node runs them interpreted when it does not
 install: $(STAMP)
 	$(PY) -c 'from app import compiled; print("compiled hot path:", compiled.build())'
+	-$(PY) -m pipeline.class_archive
+
+# Spark's classes for local audits, loaded and verified once (pipeline/class_archive.py): built
+# by install when java is there, again here after deps installed it; a no-op when up to date
+spark-classes: install deps
+	$(PY) -m pipeline.class_archive
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,7 +49,7 @@ lint: install
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
 # tests/conftest.py PURE_SUITES: the same list, which refuses a pure_python test outside it
 PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
-test: install deps lint
+test: install deps spark-classes lint
 	$(PYTEST) -n 2 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
 	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial" $(PURE_SUITES); pure=$$?; \
 	$(PYTEST) -m serial; serial=$$?; \
@@ -51,7 +57,7 @@ test: install deps lint
 	test $$parallel -eq 0 && test $$pure -eq 0 && test $$serial -eq 0
 
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~40 min here)
-bench: install deps
+bench: install deps spark-classes
 	$(PY) -m bench
 
 # the decoding fuzzer for longer than make test's run (FUZZ_SECONDS, default 10 min)

@@ -7,7 +7,8 @@ For each master (local[1], local[2] by default) it runs, as separate processes:
 - the floor: a Spark scan of the same Parquet (count and total value bytes) in a session with
   the audit's settings — what reading the input alone costs on this machine right now — run
   twice, with the audit's JIT setting (C1 only on local masters) and with the JVM's default
-  JIT, whichever is faster (the default: a long scan is what C2 is for);
+  JIT (both with Spark's classes from the class archive, as the audit), whichever is faster
+  (the default: a long scan is what C2 is for);
 - the audit itself (`coordinator audit`, report included),
 sampling the resident memory of the whole process tree (Python driver, JVM, Python workers)
 every 0.2 s. The machine is shared and noisy: compare the ratio audit / floor, and local[1]
@@ -33,11 +34,13 @@ PY = sys.executable
 
 FLOOR = """
 import sys, time
+from pipeline import class_archive
 from pipeline.audit import read_log
 from pipeline.spark import build_session
 from pyspark.sql import functions as F
-# "default": the JVM's own JIT instead of the audit's (pipeline/spark.py)
-jit = {"spark.driver.extraJavaOptions": ""} if sys.argv[3] == "default" else {}
+# "default": the JVM's own JIT instead of the audit's (pipeline/spark.py); the same classes
+default = {"spark.driver.extraJavaOptions": class_archive.java_options()}
+jit = default if sys.argv[3] == "default" else {}
 spark = build_session(sys.argv[1], app_name="audit-floor", extra_conf=jit)
 spark.range(1).count()  # the session and its first job are not part of the floor
 t = time.monotonic()

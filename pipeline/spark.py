@@ -18,7 +18,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pipeline import class_archive
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# The JIT's optimising tier (C2) took 38 of the JVM's 82 CPU-seconds in an audit of 10M records
+# on local[2]: hundreds of short queries, each with its own generated classes, on the cores the
+# tasks need. C1 alone compiles them for a fraction of that; a long scan runs slower (0.9 s ->
+# 1.9 s for 10M values warm), the audit faster (50-58 s -> 47 s). Clusters keep the default.
+LOCAL_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def log(msg: str) -> None:
@@ -64,12 +72,8 @@ def build_session(
     if local:
         conf.update(
             {
-                # The JIT's optimising tier (C2) took 38 of the JVM's 82 CPU-seconds in an
-                # audit of 10M records on local[2]: hundreds of short queries, each with its
-                # own generated classes, on the cores the tasks need. C1 alone compiles them
-                # for a fraction of that; a long scan runs slower (0.9 s -> 1.9 s for 10M
-                # values warm), the audit faster (50-58 s -> 47 s). Clusters keep the default.
-                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+                # Spark's classes mapped from the archive `make install` built, if any
+                "spark.driver.extraJavaOptions": f"{LOCAL_JIT} {class_archive.java_options()}",
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
                 "spark.sql.shuffle.partitions": str(shuffle_partitions or 8),
