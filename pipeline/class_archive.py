@@ -86,7 +86,6 @@ def build() -> str:
     if path.exists():
         return f"up to date ({path})"
     from pipeline.generate import main as generate
-    from pipeline.spark import LOCAL_JIT
 
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob("*.jsa"):  # another Spark's or JVM's
@@ -96,7 +95,8 @@ def build() -> str:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             generate(["--out", str(log_dir), "--records", "20000"])
         part = path.with_name(f"{path.stem}.{os.getpid()}.part")  # same filesystem: renamed
-        options = f"{LOCAL_JIT} -XX:ArchiveClassesAtExit={part} {QUIET}"
+        # which JIT runs makes no difference to the classes loaded
+        options = f"-XX:ArchiveClassesAtExit={part} {QUIET}"
         done = subprocess.run(
             [sys.executable, "-c", WORKLOAD, str(log_dir), str(out), options],
             cwd=Path(__file__).resolve().parents[1],
