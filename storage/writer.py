@@ -77,7 +77,8 @@ class LogWriter:
         # called after each committed transaction with (records, seconds)
         self.on_commit: Callable[[int, float], None] | None = None
         # the store failing appends since the last one that committed: (what it said, first
-        # and last failure, monotonic s); e.g. a full disk, while small lease updates still fit
+        # and last failure, monotonic ms as the lease rounds' errors); e.g. a full disk, while
+        # small lease updates still fit
         self.failing: tuple[str, float, float] | None = None
 
     @property
@@ -182,7 +183,7 @@ class LogWriter:
                 continue
             except StorageError as e:
                 log.warning("append of %d batches failed: %s", len(txn), e)
-                t = time.monotonic()
+                t = time.monotonic_ns() // 1_000_000
                 self.failing = (
                     f"{type(e).__name__}: {e}",
                     self.failing[1] if self.failing else t,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any, TypeVar
 
 from app.config import Settings, advertised_admin_url
@@ -186,9 +185,9 @@ class CoordinatorNode:
         if e is not None:
             return {"error": e[0], "for_ms": monotonic_ms() - e[1]}
         a = self.writer.failing
-        now = time.monotonic()
-        if a is not None and (now - a[2]) * 1000 < self.settings.lease_ttl_ms:
-            return {"error": a[0], "for_ms": int((now - a[1]) * 1000)}
+        t = monotonic_ms()
+        if a is not None and t - a[2] < self.settings.lease_ttl_ms:
+            return {"error": a[0], "for_ms": t - a[1]}
         return None
 
     def load_error(self, pid: int) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from app.runtime.runtime import monotonic_ms
 from tests.runtime.node_fixture import RunningNode, running_node
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.postgres import PrivatePostgres
@@ -138,6 +139,19 @@ async def test_sqlite_on_a_full_disk(tmp_path: Path) -> None:
             # commits that need new pages (the metadata), not just the ones freed before
             c = await outage(n, fill, free, metadata="m" * 2000)
             assert c.acked > 20
+
+
+async def test_a_failed_append_counts_for_one_lease_ttl(tmp_path: Path) -> None:
+    # with no traffic after a failed append, no later append would clear it
+    async with running_node(tmp_path, lease_ttl_ms=2000) as n:
+        assert n.node.ready() and n.node.storage_error() is None
+        t = monotonic_ms()
+        n.node.writer.failing = ("OperationalError: database or disk is full", t - 5000, t - 100)
+        error = n.node.storage_error()
+        assert error is not None and error["error"].endswith("disk is full"), error
+        assert error["for_ms"] >= 5000 and not n.node.ready()
+        n.node.writer.failing = ("OperationalError: database or disk is full", t - 5000, t - 2000)
+        assert n.node.storage_error() is None and n.node.ready()
 
 
 async def test_postgresql_stopped_for_15_seconds(tmp_path: Path) -> None:
