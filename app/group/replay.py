@@ -53,9 +53,11 @@ def replay_offset(
     if value is None:
         if group is not None:
             group.offsets.pop((topic, partition), None)
-            # a group that only existed for its offsets goes with the last of them,
-            # as it would after compaction dropped every record of it
-            drop_if_unused(groups, group)
+            # a group that only existed for its offsets goes with the last of them, as it
+            # would after compaction dropped every record of it; one a group metadata record
+            # (every one names its protocol type) or a registration made stays with that record
+            if group.protocol_type is None and group.registration is None:
+                drop_if_unused(groups, group)
         return
     if group is None:
         group = groups[group_id] = Group(group_id)

@@ -71,6 +71,17 @@ histories = st.lists(
 )
 
 
+# a history the search once found failing, tried first on every run: a group whose metadata
+# record has generation 0 and no members, its last offset tombstoned (the log's last row,
+# which compaction always keeps, is another group's)
+FOUND_FAILING = [
+    offset_record("g0", "t0", 0, OffsetValue(0, -1, "", 1, -1)),
+    group_record("g0", GroupMetadataValue("consumer", 0, None, None, 5, ())),
+    offset_record("g0", "t0", 0, None),
+    offset_record("g1", "t0", 0, None),
+]
+
+
 def replayed_state(records: list[Record]) -> dict[str, Any]:
     core = GroupCoordinator(CoreConfig(), lambda prefix: prefix)
     for r in records:

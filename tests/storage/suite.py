@@ -12,7 +12,7 @@ import re
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from sqlalchemy import insert, text
 
 from app.group.records import OffsetValue, Record, RecordType, group_record, offset_record
@@ -30,7 +30,7 @@ from storage.log import AppendBatch, EventLog, LeaseRow, StoredRecord
 from storage.migrate import upgrade_async
 from storage.tables import log_records, metadata
 from storage.writer import LogWriter
-from tests.storage.compaction_cases import histories, replayed_state
+from tests.storage.compaction_cases import FOUND_FAILING, histories, replayed_state
 from tests.storage.security_suite import SecuritySuite
 
 NODE1, NODE2 = 1, 2
@@ -857,6 +857,7 @@ class EventLogSuite(SecuritySuite):
 
         @settings(max_examples=40, deadline=None)
         @given(history=histories)
+        @example(history=FOUND_FAILING)
         def check(history: list[Record]) -> None:
             async def run() -> None:
                 log = await EventLog.open(url, record_types=RecordType)

@@ -11,8 +11,10 @@ from app.group.records import (
     GroupMetadataValue,
     MemberValue,
     OffsetValue,
+    RegistrationValue,
     group_record,
     offset_record,
+    registration_record,
 )
 from app.group.state import GroupState
 from tests.unit.context import GROUP, REBALANCE_MS, SESSION_MS, Context
@@ -140,6 +142,21 @@ def test_group_tombstone_keeps_offsets_as_a_simple_group() -> None:
     group = ctx.group()
     assert group.members == {} and group.protocol_type is None
     assert ctx.fetched() == {("t", 0): 1}
+
+
+def test_the_last_offsets_tombstone_keeps_a_group_its_own_records_made() -> None:
+    """Only a group that existed for its offsets goes with the last of them: compaction keeps
+    a group's metadata and registration records, so a replay after it would bring the group
+    back (found by the compaction property test: a generation 0 record with no members)."""
+    commit = offset_record(GROUP, "t", 0, OffsetValue(1, -1, "", 1, -1))
+    tombstone = offset_record(GROUP, "t", 0, None)
+    empty = group_record(GROUP, GroupMetadataValue("consumer", 0, None, None, 5, ()))
+    registered = registration_record(GROUP, RegistrationValue(("i1",), 60_000, 1_000, -1))
+    for made_by in (empty, registered):
+        ctx = _loaded(commit, made_by, tombstone)
+        assert ctx.has_group() and ctx.fetched() == {}
+        assert _loaded(made_by).group().registration == ctx.group().registration
+    assert not _loaded(commit, tombstone).has_group()
 
 
 def test_on_loaded_arms_the_retention_check() -> None:
