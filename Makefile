@@ -42,7 +42,7 @@ lint: install
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
-# three phases (tests/conftest.py): the tests that bound no latency on two workers against the
+# three phases (tests/conftest.py): the tests that bound no latency on three workers against the
 # compiled build; the suites that drive the core and the wire edge again, interpreted
 # (COORD_PURE_PYTHON=1, with the `pure_python` tests that patch its internals); then the
 # `serial` ones alone. All always run, and the target fails if any failed.
@@ -50,7 +50,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
 # tests/conftest.py PURE_SUITES: the same list, which refuses a pure_python test outside it
 PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
 test: install deps spark-classes lint
-	$(PYTEST) -n 2 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
+	$(PYTEST) -n 3 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
 	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial" $(PURE_SUITES); pure=$$?; \
 	$(PYTEST) -m serial; serial=$$?; \
 	echo "make test: parallel phase exit $$parallel, pure-Python phase exit $$pure, serial phase exit $$serial"; \

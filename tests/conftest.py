@@ -10,7 +10,7 @@ Nothing is skipped without it: missing binaries or an unreachable server fail th
 once per run on first use, its group coordinator warmed up, with DIFF_TOPIC created: the oracle
 of the differential suite and the second server of the SDK's tests.
 
-`make test` runs in three phases: every test not marked `serial` on two xdist workers (most of
+`make test` runs in three phases: every test not marked `serial` on three xdist workers (most of
 them wait on clients, timers and processes, not on the CPU), a module at a time (the Spark
 suites together), against the compiled hot path (app/compiled.py); the unit, protocol,
 runtime and fuzz suites again with COORD_PURE_PYTHON=1, with the `pure_python` tests that
