@@ -1283,59 +1283,81 @@ class Audit:
     # ---- per group ---------------------------------------------------------------------------
 
     def _group_summary(self, gens: Any, activity: Any) -> None:
+        """One row per group with a generation or a committed offset: one aggregate over
+        the union of the tables it counts from (a join per table took a job each)."""
         from pyspark.sql import functions as F
 
         def t(name: str) -> Any:
             return self._written[name]
 
-        per_gen = gens.groupBy("group_id").agg(
-            F.count("*").alias("rebalances"),
-            F.max("generation").alias("last_generation"),
-            F.countDistinct("incarnation").alias("incarnations"),
-            F.coalesce(F.sum("duration_ms"), F.lit(0)).alias("time_in_rebalance_ms"),
-            F.max("duration_ms").alias("longest_rebalance_ms"),
-            F.sum("partitions_moved").alias("partitions_moved"),
-            F.sum(F.col("forced").cast("int")).alias("forced_rebalances"),
-            F.sum(F.col("empty").cast("int")).alias("emptied"),
-            F.max("members").alias("max_members"),
-            F.min("rebalance_ended_ms").alias("first_generation_ms"),
-            F.max("rebalance_ended_ms").alias("last_generation_ms"),
-        )
-        counts = [
-            (t("static_replacements").groupBy("group_id").count(), "static_restarts_absorbed"),
-            (t("skip_assignment_rejoins").groupBy("group_id").count(), "leader_rejoins"),
-            (t("fenced_instances").groupBy("group_id").count(), "fenced_member_ids"),
-            (t("scale_ups").groupBy("group_id").count(), "scale_ups"),
-            (
-                t("invariant_violations")
-                .filter(F.col("group_id").isNotNull())
-                .groupBy("group_id")
-                .count(),
-                "violations",
-            ),
-        ]
-        commits = activity.groupBy("group_id").agg(
-            F.sum("commits").alias("commits"),
-            F.count("*").alias("committed_partitions"),
-            F.sum("offset_advance").alias("offset_advance"),
-            F.sum("resets").alias("resets"),
-        )
-        out = per_gen.join(commits, "group_id", "full_outer")
-        names = []
-        for df, name in counts:
-            out = out.join(df.withColumnRenamed("count", name), "group_id", "left")
-            names.append(name)
-        fill = [
-            *names,
-            "rebalances",
-            "time_in_rebalance_ms",
+        def tagged(df: Any, tag: str, *cols: Any) -> Any:
+            return df.select("group_id", F.lit(tag).alias("_from"), *cols)
+
+        counted = {
+            "static_restarts_absorbed": t("static_replacements"),
+            "leader_rejoins": t("skip_assignment_rejoins"),
+            "fenced_member_ids": t("fenced_instances"),
+            "scale_ups": t("scale_ups"),
+            "violations": t("invariant_violations").filter(F.col("group_id").isNotNull()),
+        }
+        rows = tagged(
+            gens,
+            "generation",
+            "generation",
+            "incarnation",
+            "duration_ms",
             "partitions_moved",
-            "forced_rebalances",
-            "commits",
-            "committed_partitions",
-            "resets",
-        ]
-        self.write("group_summary", out.fillna(0, fill))
+            "forced",
+            "empty",
+            "members",
+            "rebalance_ended_ms",
+        ).unionByName(
+            tagged(activity, "commits", "commits", "offset_advance", "resets"),
+            allowMissingColumns=True,
+        )
+        for name, df in counted.items():
+            rows = rows.unionByName(tagged(df, name), allowMissingColumns=True)
+
+        def of(tag: str, c: str) -> Any:
+            return F.when(F.col("_from") == tag, F.col(c))
+
+        def rows_of(tag: str) -> Any:
+            return F.count(F.when(F.col("_from") == tag, 1))
+
+        has_gen, has_commits = rows_of("generation") > 0, rows_of("commits") > 0
+        out = (
+            rows.groupBy("group_id")
+            .agg(
+                rows_of("generation").alias("rebalances"),
+                F.max(of("generation", "generation")).alias("last_generation"),
+                F.when(has_gen, F.countDistinct(of("generation", "incarnation"))).alias(
+                    "incarnations"
+                ),
+                F.coalesce(F.sum(of("generation", "duration_ms")), F.lit(0)).alias(
+                    "time_in_rebalance_ms"
+                ),
+                F.max(of("generation", "duration_ms")).alias("longest_rebalance_ms"),
+                F.coalesce(F.sum(of("generation", "partitions_moved")), F.lit(0)).alias(
+                    "partitions_moved"
+                ),
+                F.coalesce(F.sum(of("generation", "forced").cast("int")), F.lit(0)).alias(
+                    "forced_rebalances"
+                ),
+                F.sum(of("generation", "empty").cast("int")).alias("emptied"),
+                F.max(of("generation", "members")).alias("max_members"),
+                F.min(of("generation", "rebalance_ended_ms")).alias("first_generation_ms"),
+                F.max(of("generation", "rebalance_ended_ms")).alias("last_generation_ms"),
+                F.coalesce(F.sum(of("commits", "commits")), F.lit(0)).alias("commits"),
+                rows_of("commits").alias("committed_partitions"),
+                F.sum(of("commits", "offset_advance")).alias("offset_advance"),
+                F.coalesce(F.sum(of("commits", "resets")), F.lit(0)).alias("resets"),
+                *(rows_of(name).alias(name) for name in counted),
+                (has_gen | has_commits).alias("_listed"),
+            )
+            .filter("_listed")
+            .drop("_listed")
+        )
+        self.write("group_summary", out)
 
 
 def _partition_hash(*cols: str) -> Any:
