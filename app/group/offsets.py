@@ -26,6 +26,7 @@ from app.group.records import (
     Record,
     group_record,
     offset_record,
+    registration_record,
 )
 from app.group.replay import drop_if_unused, replay, replay_offset
 from app.group.results import (
@@ -225,11 +226,13 @@ class Offsets:
                 and not group.members
                 and not pending.pending_members
                 and not pending.pending_offset_commits  # Kafka: hasOffsets counts pending ones
+                # static members registered and still expected (protocol.md §5.7)
+                and not group.registered
                 and len(expired) == len(group.offsets)
             )
             before = group.state_timestamp
             if kills:
-                records.append(group_record(group.group_id, None))
+                records += _last_records(group)
                 group.transition(DEAD, now)
             if records:
                 done = TombstonesDone(group.group_id, None, tuple(records), kills, before)
@@ -286,7 +289,7 @@ class Offsets:
             tp for tp in group.transient.pending_offset_commits if tp not in group.offsets
         ]
         records = [offset_record(group_id, t, p, None) for t, p in partitions]
-        records.append(group_record(group_id, None))
+        records += _last_records(group)
         before = group.state_timestamp
         group.transition(DEAD, now)
         done = TombstonesDone(group_id, handle, tuple(records), True, before)
@@ -311,6 +314,15 @@ class Offsets:
             self.groups.pop(cont.group_id, None)
         if cont.handle is not None:
             out.reply(cont.handle, DeleteGroupResult(cont.group_id, NO_ERROR))
+
+
+def _last_records(group: Group) -> list[Record]:
+    """The tombstones that end a group: its registration's, if it ever had one (compaction
+    keeps a registration record otherwise, and a reload would bring the group back with it),
+    then the group's."""
+    records = [] if group.registration is None else [registration_record(group.group_id, None)]
+    records.append(group_record(group.group_id, None))
+    return records
 
 
 def _fail_all(out: Result, handle: int, req: OffsetCommitRequest, error: Error) -> Result:

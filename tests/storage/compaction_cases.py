@@ -13,8 +13,10 @@ from app.group.records import (
     MemberValue,
     OffsetValue,
     Record,
+    RegistrationValue,
     group_record,
     offset_record,
+    registration_record,
 )
 
 GROUPS = ["g0", "g1", "g2"]
@@ -69,6 +71,28 @@ histories = st.lists(
     min_size=1,
     max_size=60,
 )
+registration = st.builds(
+    lambda g, expected, t: registration_record(
+        g, RegistrationValue(tuple(expected), 60_000, t, -1)
+    ),
+    st.sampled_from(GROUPS),
+    st.lists(st.sampled_from(["i1", "i2", "i3"]), max_size=2, unique=True),
+    st.integers(0, 5),
+)
+# a group's end as the core writes it (DeleteGroups, expiry): its registration's tombstone, then
+# the group's
+group_end = st.sampled_from(GROUPS).map(
+    lambda g: [registration_record(g, None), group_record(g, None)]
+)
+# histories with registrations: each step one record, or a group's end
+histories_with_registrations = st.lists(
+    st.one_of(
+        *(s.map(lambda r: [r]) for s in (commit, offset_delete, group_meta, registration)),
+        group_end,
+    ),
+    min_size=1,
+    max_size=30,
+).map(lambda steps: [r for step in steps for r in step])
 
 
 # a history the search once found failing, tried first on every run: a group whose metadata
@@ -80,6 +104,19 @@ FOUND_FAILING = [
     offset_record("g0", "t0", 0, None),
     offset_record("g1", "t0", 0, None),
 ]
+
+
+def compacted(records: list[Record]) -> list[Record]:
+    """What full compaction leaves of a log once its tombstones are old enough (design.md
+    §8.4): the newest record of each key, in log order, tombstones dropped; the log's last row
+    always stays."""
+    newest = {(r.type, r.key): i for i, r in enumerate(records)}
+    kept = [
+        r for i, r in enumerate(records) if newest[(r.type, r.key)] == i and r.value is not None
+    ]
+    if records and (not kept or kept[-1] is not records[-1]):
+        kept.append(records[-1])
+    return kept
 
 
 def replayed_state(records: list[Record]) -> dict[str, Any]:
@@ -95,6 +132,7 @@ def replayed_state(records: list[Record]) -> dict[str, Any]:
             g.leader_id,
             [(m.member_id, m.group_instance_id, m.assignment) for m in g.members.values()],
             sorted((tp, v) for tp, v in g.offsets.items()),
+            None if (reg := g.registration) is None else (reg.record(gid), list(reg.registered)),
         )
         for gid, g in sorted(core.groups.items())
     }

@@ -7,6 +7,7 @@ from app.group.messages import AdminResult, Error
 from app.group.records import RecordType, decode_registration_value
 from app.group.results import AppendFailure
 from app.group.state import GroupState
+from tests.storage.compaction_cases import compacted
 from tests.unit.context import GROUP, Context
 
 TIMEOUT = 20_000
@@ -184,3 +185,34 @@ def test_the_group_record_says_why_and_when_its_rebalance_started() -> None:
     assert value is not None
     assert value.rebalance_reason == "admin: audit me"
     assert value.rebalance_started_ms == started
+
+
+def test_a_deleted_group_stays_deleted_after_compaction_though_it_had_a_registration() -> None:
+    # compaction keeps a registration record that nothing tombstones: the reload would bring
+    # the deleted group back, Empty, still expecting its instances
+    ctx = Context()
+    register(ctx, ["n0"])
+    ctx.commit(generation=-1)
+    ctx.complete_writes()
+    h = ctx.delete()
+    ctx.complete_writes()
+    assert ctx.delete_reply(h).error is Error.NONE and not ctx.has_group()
+    ends = [(r.type, r.value) for r in ctx.log[-2:]]
+    assert ends == [(RecordType.STATIC_REGISTRATION, None), (RecordType.GROUP_METADATA, None)]
+    assert not ctx.reloaded().has_group()
+    assert not ctx.reloaded(compacted(ctx.log)).has_group()
+
+
+def test_retention_keeps_a_group_while_registered_members_are_expected() -> None:
+    ctx = Context()
+    register(ctx, ["n0"])  # an unknown group: created Empty, no offsets
+    ctx.advance(ctx.config.offsets_retention_check_interval_ms * 3)
+    ctx.complete_writes()
+    assert ctx.group().registered == {"n0": None}
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.unregister_static_member(h, GROUP, "n0", ctx.now))
+    ctx.complete_writes()
+    ctx.advance(ctx.config.offsets_retention_check_interval_ms)
+    ctx.complete_writes()
+    assert not ctx.has_group()  # nothing expected any more: an Empty group without offsets
+    assert not ctx.reloaded(compacted(ctx.log)).has_group()

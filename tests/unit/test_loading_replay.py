@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 
+from hypothesis import given, settings
+
 from app.group.config import CoreConfig
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
@@ -11,12 +13,18 @@ from app.group.records import (
     GroupMetadataValue,
     MemberValue,
     OffsetValue,
+    Record,
     RegistrationValue,
     group_record,
     offset_record,
     registration_record,
 )
 from app.group.state import GroupState
+from tests.storage.compaction_cases import (
+    compacted,
+    histories_with_registrations,
+    replayed_state,
+)
 from tests.unit.context import GROUP, REBALANCE_MS, SESSION_MS, Context
 
 
@@ -157,6 +165,15 @@ def test_the_last_offsets_tombstone_keeps_a_group_its_own_records_made() -> None
         assert ctx.has_group() and ctx.fetched() == {}
         assert _loaded(made_by).group().registration == ctx.group().registration
     assert not _loaded(commit, tombstone).has_group()
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=histories_with_registrations)
+def test_replaying_what_compaction_leaves_gives_the_same_groups(history: list[Record]) -> None:
+    # design.md §7.2/§8.4: each key's newest record decides, so a reload after compaction finds
+    # the groups, offsets and registrations the whole log gives (the storage suites check the
+    # stores' compaction itself; this checks replay, registrations and a group's end included)
+    assert replayed_state(compacted(history)) == replayed_state(history)
 
 
 def test_on_loaded_arms_the_retention_check() -> None:
