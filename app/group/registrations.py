@@ -56,7 +56,8 @@ class Registrations:
         """Withdraw a registration that has not joined yet."""
         out = Result()
         group = self.groups.get(group_id)
-        reg = None if group is None else group.registration
+        # a group being deleted writes no registration after its tombstones
+        reg = None if group is None or group.is_(DEAD) else group.registration
         if group is None or reg is None or instance_id not in reg.registered:
             out.reply(
                 handle,
@@ -122,7 +123,7 @@ class Registrations:
 
     def on_expansion_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
         dropped = tuple(group.registered)
-        if not dropped:
+        if not dropped or group.is_(DEAD):  # being deleted: its tombstones end the registration
             return
         log.info("group %s: registered static members never joined: %s", group.group_id, dropped)
         self._close(group, out, dropped)

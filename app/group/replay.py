@@ -56,7 +56,7 @@ def replay_offset(
             # a group that only existed for its offsets goes with the last of them, as it
             # would after compaction dropped every record of it; one a group metadata record
             # (every one names its protocol type) or a registration made stays with that record
-            if group.protocol_type is None and group.registration is None:
+            if group.protocol_type is None:
                 drop_if_unused(groups, group)
         return
     if group is None:

@@ -460,7 +460,8 @@ class Group:
         )
 
     def is_unused(self) -> bool:
-        """Nothing in it, nothing written: what a failed first join or commit leaves behind."""
+        """Nothing in it, nothing written: what a failed first join or commit leaves behind
+        (a registration is written, or being written: protocol.md §5.7)."""
         return (
             self.state is EMPTY
             and not self.members
@@ -468,6 +469,7 @@ class Group:
             and not self.offsets
             and self.generation == 0
             and not self.transient.pending_offset_commits
+            and self.registration is None
         )
 
     def subscribed_topics(self) -> set[str] | None:

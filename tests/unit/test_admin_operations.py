@@ -216,3 +216,30 @@ def test_retention_keeps_a_group_while_registered_members_are_expected() -> None
     ctx.complete_writes()
     assert not ctx.has_group()  # nothing expected any more: an Empty group without offsets
     assert not ctx.reloaded(compacted(ctx.log)).has_group()
+
+
+def test_a_failed_first_join_does_not_drop_a_group_a_registration_made() -> None:
+    # the registration is being written: the group exists for it, not for the failed join
+    ctx = Context()
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.register_static_members(h, GROUP, ["n0"], TIMEOUT, ctx.now))
+    ghost = ctx.join(GROUP, member_id="ghost")
+    assert ctx.join_reply(ghost).error is Error.UNKNOWN_MEMBER_ID
+    ctx.complete_writes()
+    assert ctx.reply(h, AdminResult).error is Error.NONE
+    assert ctx.group().registered == {"n0": None}
+    assert ctx.reloaded().group().registered == {"n0": None}
+
+
+def test_a_group_being_deleted_writes_no_registration_after_its_tombstones() -> None:
+    ctx = Context()
+    register(ctx, ["n0", "n1"])  # an unknown group: created Empty for it
+    h = ctx.delete()
+    h2 = ctx._handle()  # a withdrawal while the tombstones are being written
+    ctx._absorb(ctx.coordinator.unregister_static_member(h2, GROUP, "n1", ctx.now))
+    assert ctx.reply(h2, AdminResult).error is Error.UNKNOWN_MEMBER_ID
+    ctx.complete_writes()
+    assert ctx.delete_reply(h).error is Error.NONE
+    assert ctx.log[-1].type is RecordType.GROUP_METADATA and ctx.log[-1].value is None
+    assert not ctx.reloaded().has_group()
+    assert not ctx.reloaded(compacted(ctx.log)).has_group()

@@ -29,6 +29,7 @@ from app.group.messages import Error, JoinGroupResponse, LeaveMember
 from app.group.records import RecordType, decode_group_key, decode_offset_key
 from app.group.results import AppendFailure, LogOnly
 from app.group.state import Group, GroupState
+from tests.storage.compaction_cases import compacted, replayed_state
 from tests.unit.context import Context, subscription
 
 GROUPS = ("g1", "g2")
@@ -102,6 +103,14 @@ ops = st.one_of(
         st.sampled_from((-1, -1, 100_000)),
     ),
     st.tuples(st.just("delete"), group_st),
+    # static members announced ahead (protocol.md §5.7), and withdrawn
+    st.tuples(
+        st.just("register"),
+        group_st,
+        st.lists(st.sampled_from(INSTANCES), min_size=1, max_size=2, unique=True),
+        st.sampled_from((2_000, 20_000)),
+    ),
+    st.tuples(st.just("unregister"), group_st, st.sampled_from(INSTANCES)),
 )
 
 
@@ -299,6 +308,17 @@ class Harness:
                 ctx.complete_writes(this, count=1)
         elif kind == "delete":
             self.handles.append(ctx.delete(op[1]))
+        elif kind == "register":
+            _, gid, instances, timeout = op
+            h = ctx._handle()
+            ctx._absorb(
+                ctx.coordinator.register_static_members(h, gid, instances, timeout, ctx.now)
+            )
+            self.handles.append(h)
+        elif kind == "unregister":
+            h = ctx._handle()
+            ctx._absorb(ctx.coordinator.unregister_static_member(h, op[1], op[2], ctx.now))
+            self.handles.append(h)
         self.learn()
 
     # ---- checks -------------------------------------------------------------------------------
@@ -307,7 +327,7 @@ class Harness:
         out: set[str] = set()
         for w in self.ctx.pending:
             for r in w.records:
-                if r.type is RecordType.GROUP_METADATA:
+                if r.type in (RecordType.GROUP_METADATA, RecordType.STATIC_REGISTRATION):
                     out.add(decode_group_key(r.key))
                 elif r.type is RecordType.OFFSET_COMMIT:
                     out.add(decode_offset_key(r.key)[0])
@@ -352,6 +372,8 @@ class Harness:
         while ctx.pending:
             ctx.complete_writes(count=1)
         self.check()
+        # what a reload finds after compaction is what the whole log gives
+        assert replayed_state(compacted(ctx.log)) == replayed_state(ctx.log)
         ctx._absorb(ctx.coordinator.unload(ctx.now))
         unanswered = [h for h in self.handles if not ctx.answered(h)]
         assert not unanswered, f"requests never answered: {unanswered}"
