@@ -28,6 +28,7 @@ from app.group.records import (
     offset_record,
     registration_record,
 )
+from app.group.registrations import rearm_expansion
 from app.group.replay import drop_if_unused, replay, replay_offset
 from app.group.results import (
     AppendFailure,
@@ -46,7 +47,7 @@ from app.group.state import (
     STABLE,
     Group,
 )
-from app.group.timers import RETENTION_KEY, TimerQueue, heartbeat_key
+from app.group.timers import RETENTION_KEY, TimerQueue, expansion_key, heartbeat_key
 
 
 class Offsets:
@@ -302,9 +303,11 @@ class Offsets:
         group = self.groups.get(cont.group_id)
         if failure is not None:
             if cont.kills_group and group is not None and group.is_(DEAD):
-                # the group was never deleted: back to its last durable state
+                # the group was never deleted: back to its last durable state, with its
+                # expansion's deadline (one that fired meanwhile did nothing to a Dead group)
                 group.state = EMPTY
                 group.state_timestamp = cont.state_timestamp_before
+                rearm_expansion(self.queue, group)
             if cont.handle is not None:
                 out.reply(cont.handle, DeleteGroupResult(cont.group_id, group_write_error(failure)))
             return
@@ -312,6 +315,7 @@ class Offsets:
             replay(self.groups, record)
         if cont.kills_group:
             self.groups.pop(cont.group_id, None)
+            self.queue.cancel(expansion_key(cont.group_id))  # a new group may take its id
         if cont.handle is not None:
             out.reply(cont.handle, DeleteGroupResult(cont.group_id, NO_ERROR))
 

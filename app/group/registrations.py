@@ -138,10 +138,7 @@ class Registrations:
             if instance in group.static_members:  # its join is durable: it arrived
                 del reg.registered[instance]
         self.close_if_complete(group, out)
-        if reg.registered and reg.expansion_started_ms >= 0:
-            self.queue.schedule(
-                expansion_key(group.group_id), reg.expansion_started_ms + reg.timeout_ms
-            )
+        rearm_expansion(self.queue, group)
 
     def _close(self, group: Group, out: Result, dropped: tuple[str, ...]) -> None:
         self.queue.cancel(expansion_key(group.group_id))
@@ -156,6 +153,14 @@ class Registrations:
                 LogOnly(f"{group.group_id} registration closed"),
             )
         )
+
+
+def rearm_expansion(queue: TimerQueue, group: Group) -> None:
+    """An expansion under way gets its deadline timer (again): at load, or when a group's
+    deletion failed after the deadline fired on the group being deleted."""
+    reg = group.registration
+    if reg is not None and reg.registered and reg.expansion_started_ms >= 0:
+        queue.schedule(expansion_key(group.group_id), reg.expansion_started_ms + reg.timeout_ms)
 
 
 def _registration_problem(

@@ -55,7 +55,8 @@ def replay_offset(
             group.offsets.pop((topic, partition), None)
             # a group that only existed for its offsets goes with the last of them, as it
             # would after compaction dropped every record of it; one a group metadata record
-            # (every one names its protocol type) or a registration made stays with that record
+            # (every one the core writes names its protocol type) or a registration made
+            # stays with that record
             if group.protocol_type is None:
                 drop_if_unused(groups, group)
         return

@@ -243,3 +243,40 @@ def test_a_group_being_deleted_writes_no_registration_after_its_tombstones() -> 
     assert ctx.log[-1].type is RecordType.GROUP_METADATA and ctx.log[-1].value is None
     assert not ctx.reloaded().has_group()
     assert not ctx.reloaded(compacted(ctx.log)).has_group()
+
+
+def _expanding_after_failover() -> Context:
+    """n0 and n1 registered, n0's join started the expansion and never synced: after a
+    failover the group is Empty, both expected, the expansion's deadline armed again."""
+    ctx = Context()
+    register(ctx, ["n0", "n1"], timeout=1_000)
+    ctx.join(GROUP, instance_id="n0")
+    ctx.complete_writes()
+    other = ctx.reloaded()
+    assert other.state() is GroupState.EMPTY and other.group().registered == {
+        "n0": None,
+        "n1": None,
+    }
+    return other
+
+
+def test_a_failed_delete_gives_the_expansion_its_deadline_back() -> None:
+    ctx = _expanding_after_failover()
+    h = ctx.delete()
+    ctx.advance(2_000)  # the deadline passes while the tombstones are in flight: nothing written
+    ctx.fail_writes(AppendFailure.STORAGE)
+    assert ctx.delete_reply(h).error is Error.NOT_COORDINATOR
+    ctx.advance(1)
+    ctx.complete_writes()
+    assert ctx.group().registered == {}  # the instances that never came are dropped, as on reload
+    assert ctx.reloaded().group().registered == {}
+
+
+def test_a_deleted_groups_expansion_deadline_does_not_reach_a_new_registration() -> None:
+    ctx = _expanding_after_failover()
+    ctx.delete()
+    ctx.complete_writes()
+    register(ctx, ["n5"])  # the same group id, registered again before the old deadline
+    ctx.advance(2_000)
+    ctx.complete_writes()
+    assert ctx.group().registered == {"n5": None}
