@@ -79,7 +79,7 @@ class LogWriter:
         # the store failing appends since the last one that committed: (what it said, first
         # and last failure, monotonic ms as the lease rounds' errors); e.g. a full disk, while
         # small lease updates still fit
-        self.failing: tuple[str, float, float] | None = None
+        self.failing: tuple[str, int, int] | None = None
 
     @property
     def queued(self) -> int:

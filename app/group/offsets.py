@@ -233,8 +233,7 @@ class Offsets:
             )
             before = group.state_timestamp
             if kills:
-                records += _last_records(group)
-                group.transition(DEAD, now)
+                records += self._end(group, now)
             if records:
                 done = TombstonesDone(group.group_id, None, tuple(records), kills, before)
                 out.writes.append(Write(records, done))
@@ -290,12 +289,18 @@ class Offsets:
             tp for tp in group.transient.pending_offset_commits if tp not in group.offsets
         ]
         records = [offset_record(group_id, t, p, None) for t, p in partitions]
-        records += _last_records(group)
         before = group.state_timestamp
-        group.transition(DEAD, now)
+        records += self._end(group, now)
         done = TombstonesDone(group_id, handle, tuple(records), True, before)
         out.writes.append(Write(records, done))
         return out
+
+    def _end(self, group: Group, now: int) -> list[Record]:
+        """The group goes Dead: no expansion deadline may write its registration after the
+        tombstones that end it (returned), nor reach a new group of the same id."""
+        group.transition(DEAD, now)
+        self.queue.cancel(expansion_key(group.group_id))
+        return _last_records(group)
 
     def tombstones_written(
         self, cont: TombstonesDone, failure: AppendFailure | None, now: int, out: Result
@@ -304,7 +309,7 @@ class Offsets:
         if failure is not None:
             if cont.kills_group and group is not None and group.is_(DEAD):
                 # the group was never deleted: back to its last durable state, with its
-                # expansion's deadline (one that fired meanwhile did nothing to a Dead group)
+                # expansion's deadline
                 group.state = EMPTY
                 group.state_timestamp = cont.state_timestamp_before
                 rearm_expansion(self.queue, group)
@@ -315,7 +320,6 @@ class Offsets:
             replay(self.groups, record)
         if cont.kills_group:
             self.groups.pop(cont.group_id, None)
-            self.queue.cancel(expansion_key(cont.group_id))  # a new group may take its id
         if cont.handle is not None:
             out.reply(cont.handle, DeleteGroupResult(cont.group_id, NO_ERROR))
 

@@ -123,7 +123,7 @@ class Registrations:
 
     def on_expansion_expired(self, group: Group, key: TimerKey, now: int, out: Result) -> None:
         dropped = tuple(group.registered)
-        if not dropped or group.is_(DEAD):  # being deleted: its tombstones end the registration
+        if not dropped:
             return
         log.info("group %s: registered static members never joined: %s", group.group_id, dropped)
         self._close(group, out, dropped)

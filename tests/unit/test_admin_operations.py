@@ -280,3 +280,14 @@ def test_a_deleted_groups_expansion_deadline_does_not_reach_a_new_registration()
     ctx.advance(2_000)
     ctx.complete_writes()
     assert ctx.group().registered == {"n5": None}
+
+
+def test_an_expansion_deadline_during_a_deletion_writes_nothing_after_its_tombstones() -> None:
+    ctx = _expanding_after_failover()
+    h = ctx.delete()
+    ctx.advance(2_000)  # the deadline passes while the tombstones are in flight
+    ctx.complete_writes()
+    assert ctx.delete_reply(h).error is Error.NONE
+    assert ctx.log[-1].type is RecordType.GROUP_METADATA and ctx.log[-1].value is None
+    assert not ctx.reloaded().has_group()
+    assert not ctx.reloaded(compacted(ctx.log)).has_group()
