@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps spark-classes run test lint typecheck migrate bench fuzz clean
+.PHONY: install deps system-deps spark-classes run test test-setup lint typecheck migrate bench fuzz clean
 
 # the hot modules compiled with mypyc into .build/compiled (app/compiled.py); does nothing when
 # the build matches the sources, and the node runs them interpreted when it does not
@@ -21,9 +21,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# what the suite needs beyond .venv: PostgreSQL's binaries, Java + Maven, Node + npm, and the
-# Kafka clients, broker and kafkajs the tests drive (scripts/deps.sh)
-deps:
+# what the suite needs beyond .venv: PostgreSQL's binaries, Java + Maven, Node + npm, chromium
+# from Debian when missing (scripts/deps.sh), then the Kafka clients, broker and kafkajs the
+# tests drive (tests/support/fetch_deps.py, which needs the venv)
+deps: system-deps $(STAMP)
+	$(PY) -m tests.support.fetch_deps
+
+system-deps:
 	bash scripts/deps.sh
 
 # a topic to point consumers at right away; COORD_TOPICS=... make run overrides it
@@ -37,7 +41,7 @@ migrate: install
 
 LINTED := app storage api pipeline cli bench tests membership examples
 
-lint: install
+lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
@@ -49,12 +53,18 @@ lint: install
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
 # tests/conftest.py PURE_SUITES: the same list, which refuses a pure_python test outside it
 PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
-test: install deps spark-classes lint
+test: test-setup
 	$(PYTEST) -n 3 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
 	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial" $(PURE_SUITES); pure=$$?; \
 	$(PYTEST) -m serial; serial=$$?; \
 	echo "make test: parallel phase exit $$parallel, pure-Python phase exit $$pure, serial phase exit $$serial"; \
 	test $$parallel -eq 0 && test $$pure -eq 0 && test $$serial -eq 0
+
+# make test's setup at once: pip, the compiled build and mypy (CPU) beside apt-get and the
+# Maven and npm downloads (network); spark-classes waits for both. Each part's output is
+# printed whole when it ends.
+test-setup:
+	$(MAKE) --no-print-directory -j4 --output-sync=target install deps spark-classes lint
 
 # every benchmark figure next to its floor or peer; rewrites BENCHMARKS.md (~40 min here)
 bench: install deps spark-classes

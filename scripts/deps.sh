@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # What the test suite needs beyond .venv, installed from the machine's package registries.
 # Idempotent: each step checks first and does nothing when the dependency is already there.
-# `make deps` runs it; `make test` depends on `make deps`. `make run` never needs it.
+# `make deps` runs it, then the client fetch below (in the venv, which `make deps` also needs);
+# `make test` depends on `make deps`. `make run` never needs it.
 #
 #   PostgreSQL server binaries (Debian's `postgresql`): the storage suite, the node tests, the
 #   chaos suite and the benchmarks start private clusters of their own (initdb into a temp dir,
 #   a free port on 127.0.0.1); no server is started or configured system-wide.
 #   Chromium (Debian's `chromium`) for the console's browser tests, driven by Playwright.
-#   Java 17 + Maven and Node.js + npm (Debian's packages when missing), then the clients the
-#   suite drives, into ignored folders: Apache Kafka's consumer and kafka-consumer-groups
-#   (tests/java), Apache Kafka's broker for the differential suite (tests/broker), kafkajs
-#   (tests/js, from its lock file). `python -m tests.support.fetch_deps` does that part; each
-#   step does nothing when its folder is newer than the files that pin it.
+#   Java 17 + Maven and Node.js + npm (Debian's packages when missing). The clients the suite
+#   drives come after, from the Makefile: `python -m tests.support.fetch_deps` fetches them into
+#   ignored folders (Apache Kafka's consumer and kafka-consumer-groups in tests/java, its broker
+#   in tests/broker, kafkajs in tests/js); each step does nothing when its folder is newer than
+#   the files that pin it.
 set -euo pipefail
 
 say() { printf '[deps] %s\n' "$*"; }
@@ -83,12 +84,5 @@ toolchains() {
     say "Java: $(java -version 2>&1 | head -1); $(mvn -B -v 2>/dev/null | head -1); Node $(node --version)"
 }
 
-client_deps() {
-    local py="${VENV:-.venv}/bin/python"
-    if [ ! -x "$py" ]; then py=python3; fi
-    "$py" -m tests.support.fetch_deps
-}
-
 postgresql
 toolchains
-client_deps
