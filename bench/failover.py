@@ -570,7 +570,36 @@ def wait_settled(
         if got is not None:
             return got
         time.sleep(0.1)
-    raise TimeoutError(f"cluster did not settle in {timeout:.0f} s")
+    raise TimeoutError(f"cluster did not settle in {timeout:.0f} s: {unsettled(nodes)}")
+
+
+def unsettled(nodes: Sequence[CoordinatorProcess]) -> str:
+    """What each node last showed, with its logs copied where the run's scratch directory
+    (deleted at the end) will not take them: a cluster that does not settle is rare, and its
+    cause is in the nodes' lease and load warnings."""
+    kept = Path(tempfile.mkdtemp(prefix="bench-unsettled-"))
+    vs = views(nodes)
+    said = []
+    for i, n in enumerate(nodes):
+        for path in n.log_paths:
+            if path.exists():
+                shutil.copy(path, kept / path.name)
+        if not n.running:
+            said.append(f"node {i + 1} not running")
+            continue
+        v = vs.get(i)
+        if v is None:
+            said.append(f"node {i + 1} no /cluster answer")
+            continue
+        off_plan = sorted(
+            p for p, st in served(v).items()
+            if st["state"] != "active" or st["planned_owner"] != v["node_id"]
+        )  # fmt: skip
+        said.append(
+            f"node {i + 1} serves {sorted(served(v))}, not active or not its own {off_plan}, "
+            f"{n.log_text().count(LOAD_FAILED)} failed loads"
+        )
+    return f"{'; '.join(said)} (node logs in {kept})"
 
 
 def kill_and_measure(
