@@ -591,12 +591,13 @@ def unsettled(nodes: Sequence[CoordinatorProcess]) -> str:
         if v is None:
             said.append(f"node {i + 1} no /cluster answer")
             continue
+        mine = served(v)
         off_plan = sorted(
-            p for p, st in served(v).items()
+            p for p, st in mine.items()
             if st["state"] != "active" or st["planned_owner"] != v["node_id"]
         )  # fmt: skip
         said.append(
-            f"node {i + 1} serves {sorted(served(v))}, not active or not its own {off_plan}, "
+            f"node {i + 1} serves {sorted(mine)}, not active or not its own {off_plan}, "
             f"{n.log_text().count(LOAD_FAILED)} failed loads"
         )
     return f"{'; '.join(said)} (node logs in {kept})"
