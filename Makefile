@@ -54,11 +54,12 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
 # tests/conftest.py PURE_SUITES: the same list, which refuses a pure_python test outside it
 PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
 test: test-setup
-	$(PYTEST) -n 3 --dist loadfile -m "not serial and not pure_python"; parallel=$$?; \
-	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial" $(PURE_SUITES); pure=$$?; \
+	$(PYTEST) -n 3 --dist loadfile -m "not serial and not timed and not pure_python"; parallel=$$?; \
+	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial and not timed" $(PURE_SUITES); pure=$$?; \
+	$(PYTEST) -n 2 --dist loadfile -m timed; timed=$$?; \
 	$(PYTEST) -m serial; serial=$$?; \
-	echo "make test: parallel phase exit $$parallel, pure-Python phase exit $$pure, serial phase exit $$serial"; \
-	test $$parallel -eq 0 && test $$pure -eq 0 && test $$serial -eq 0
+	echo "make test: parallel phase exit $$parallel, pure-Python phase exit $$pure, timed phase exit $$timed, serial phase exit $$serial"; \
+	test $$parallel -eq 0 && test $$pure -eq 0 && test $$timed -eq 0 && test $$serial -eq 0
 
 # make test's setup at once: pip, the compiled build and mypy (CPU) beside apt-get and the
 # Maven and npm downloads (network); spark-classes waits for both. Each part's output is

@@ -10,12 +10,12 @@ Nothing is skipped without it: missing binaries or an unreachable server fail th
 once per run on first use, its group coordinator warmed up, with DIFF_TOPIC created: the oracle
 of the differential suite and the second server of the SDK's tests.
 
-`make test` runs in three phases: every test not marked `serial` on three xdist workers (most of
-them wait on clients, timers and processes, not on the CPU), a module at a time (the Spark
-suites together), against the compiled hot path (app/compiled.py); the unit, protocol,
+`make test` runs in four phases: every test neither `serial` nor `timed` on three xdist workers
+(most of them wait on clients, timers and processes, not on the CPU), a module at a time (the
+Spark suites together), against the compiled hot path (app/compiled.py); the unit, protocol,
 runtime and fuzz suites again with COORD_PURE_PYTHON=1, with the `pure_python` tests that
-patch the hot path's internals; then the `serial` ones alone.
-SERIAL names the modules that run alone, each for its reason.
+patch the hot path's internals; the `timed` modules (TIMED) in two lanes; the `serial` ones
+(SERIAL) one at a time. Each entry of TIMED and SERIAL says why its module is there.
 """
 
 from __future__ import annotations
@@ -44,18 +44,25 @@ from tests.support.postgres import PrivatePostgres, check_reachable
 settings.register_profile("coordinator", print_blob=True)
 settings.load_profile("coordinator")
 
-# module -> why it must not share the machine with another test
+# module -> why it must not share the machine with another test: these run one at a time
 SERIAL = {
     "tests/bench/test_bench_smoke.py": "runs every benchmark figure, several processes at once",
-    "tests/chaos/test_chaos.py": "kills and pauses nodes and PostgreSQL on a timed schedule",
     "tests/protocol/test_hostile_live.py": "bounds the well-behaved members' heartbeat p99",
     "tests/protocol/test_auth_storm.py": "bounds the members' heartbeat p99 under a storm",
+}
+
+# module -> why it needs a quiet machine. These use little CPU and wait on timers (leases,
+# sessions, fault schedules) that a machine saturated by the parallel phase would stretch:
+# they run after it, in two lanes at once, the chaos suite in one and the others in the other
+TIMED = {
+    "tests/chaos/test_chaos.py": "kills and pauses nodes and PostgreSQL on a timed schedule",
     "tests/runtime/test_storage_faults.py": "times leases against a stopped PostgreSQL",
     "tests/runtime/test_clock_steps.py": "times leases against stepped clocks",
     "tests/sdk/test_membership_e2e.py": "worker restarts must beat a session timeout",
-    # who leads is who joins first: 0.1 s apart, which a loaded machine can reorder
+    # who leads is who joins first: 0.1 s apart, which a saturated machine can reorder
     "tests/differential/test_differential.py": "its scenarios order two members' joins in time",
 }
+CHAOS_LANE = "tests/chaos/test_chaos.py"
 
 
 # the modules that take longest go to the workers first, so none is the last one running
@@ -108,12 +115,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = _module(item.nodeid)
         if module in SERIAL:
             item.add_marker(pytest.mark.serial)
+        if module in TIMED:
+            item.add_marker(pytest.mark.timed)
         if item.get_closest_marker("pure_python") and (
-            module in SERIAL or not module.startswith(PURE_SUITES)
+            module in SERIAL or module in TIMED or not module.startswith(PURE_SUITES)
         ):
             raise pytest.UsageError(
                 f"{item.nodeid} is marked pure_python but make test's interpreted phase does "
-                f"not run it: it runs {' '.join(PURE_SUITES)}, without the serial modules"
+                f"not run it: it runs {' '.join(PURE_SUITES)}, without the serial and timed "
+                "modules"
             )
     items.sort(key=_start_rank)  # stable
 
@@ -121,11 +131,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 class _ModuleScheduling(LoadFileScheduling):
     """xdist's unit of work is a module, so its fixtures are built once; the Spark suites are
     one unit: a second SparkSession would warm up a second JVM (the first audit in a JVM takes
-    several times the next one)."""
+    several times the next one). The timed modules but the chaos suite are one unit too: the
+    chaos suite's lane, and the other one's (one Apache Kafka broker for the SDK's and the
+    differential suite's tests)."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = _module(nodeid)
-        return "tests/pipeline/" if path.startswith("tests/pipeline/") else path
+        if path.startswith("tests/pipeline/"):
+            return "tests/pipeline/"
+        if path in TIMED and path != CHAOS_LANE:
+            return "timed"
+        return path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
