@@ -37,6 +37,9 @@ class Registrations:
             return out
         if group is None:
             group = self.groups[group_id] = Group(group_id, state_timestamp=now)
+        if group.registration is None:
+            group.transient.registration_unwritten = True
+        group.transient.registration_writes += 1
         reg = group.open_registration()
         reg.registered.update(dict.fromkeys(instance_ids))
         reg.batch += tuple(instance_ids)
@@ -65,6 +68,7 @@ class Registrations:
             )
             return out
         del reg.registered[instance_id]
+        group.transient.registration_writes += 1
         dropped = (instance_id,)
         reg.batch = tuple(i for i in reg.batch if i != instance_id)
         if not reg.registered:
@@ -82,10 +86,15 @@ class Registrations:
     def registration_written(
         self, cont: AdminDone, failure: AppendFailure | None, now: int, out: Result
     ) -> None:
+        group = self.groups.get(cont.group_id)
+        if group is not None:  # (a group deleted and created again counts from 0)
+            tr = group.transient
+            tr.registration_writes = max(0, tr.registration_writes - 1)
         if failure is None:
+            if group is not None:
+                group.transient.registration_unwritten = False
             out.reply(cont.handle, AdminResult(NO_ERROR, cont.what))
             return
-        group = self.groups.get(cont.group_id)
         if group is not None:  # undo the change: `added` removed, `removed` restored
             reg = group.open_registration()
             for instance in cont.added:
@@ -96,9 +105,23 @@ class Registrations:
             reg.batch = tuple(i for i in reg.batch if i not in cont.added) + tuple(
                 i for i in cont.removed if i not in reg.batch
             )
+            self._forget_if_unwritten(group)
         error = group_write_error(failure)
         message = f"the registration was not written ({error.name})"
         out.reply(cont.handle, AdminResult(error, message, AdminOutcome.NOT_WRITTEN))
+
+    def _forget_if_unwritten(self, group: Group) -> None:
+        """No write of the group's registration succeeded and none is under way: the log holds
+        no registration, so neither does the group; and a group the registration created,
+        with nothing else in it, is not kept either (a reload would not find it)."""
+        tr = group.transient
+        reg = group.registration
+        if not tr.registration_unwritten or tr.registration_writes or reg is None or reg.registered:
+            return
+        tr.registration_unwritten = False
+        group.registration = None
+        if group.is_unused():
+            self.groups.pop(group.group_id, None)
 
     # ==== the scale-up ==========================================================================
 

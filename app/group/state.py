@@ -188,6 +188,10 @@ class GroupTransient:
     static_in_flight: dict[str, DurableStatic] = field(default_factory=dict)
     # offset commits being written, per partition: fetch with require_stable waits on them
     pending_offset_commits: dict[tuple[str, int], int] = field(default_factory=dict)
+    # registration changes being written (admin API), and whether no registration record of
+    # the group was written yet: a registration whose every write failed leaves nothing behind
+    registration_writes: int = 0
+    registration_unwritten: bool = False
 
 
 _NOTHING_REGISTERED: Mapping[str, None] = MappingProxyType({})

@@ -150,6 +150,39 @@ def test_a_failed_registration_write_leaves_nothing_registered() -> None:
     assert ctx.group().registered == {}
 
 
+def test_a_failed_first_registration_leaves_no_group_behind() -> None:
+    # registering members of an unknown group creates it; when no write of its registration
+    # succeeded, nothing of the group is durable: it must not be listed until a failover
+    ctx = Context()
+    first, second = ctx._handle(), ctx._handle()
+    ctx._absorb(ctx.coordinator.register_static_members(first, GROUP, ["n0"], TIMEOUT, ctx.now))
+    ctx._absorb(ctx.coordinator.register_static_members(second, GROUP, ["n1"], TIMEOUT, ctx.now))
+    ctx.fail_writes(AppendFailure.STORAGE, count=1)
+    assert ctx.reply(first, AdminResult).error is Error.NOT_COORDINATOR
+    assert ctx.group().registered == {"n1": None}  # the second is still being written
+    ctx.fail_writes(AppendFailure.STORAGE)
+    assert ctx.reply(second, AdminResult).error is Error.NOT_COORDINATOR
+    assert not ctx.has_group() and ctx.list_groups() == []
+    assert not ctx.reloaded().has_group()
+    # a later registration creates it again, written this time
+    assert register(ctx, ["n2"]).error is Error.NONE
+    assert ctx.group().registered == {"n2": None} == ctx.reloaded().group().registered
+
+
+def test_a_failed_registration_keeps_a_group_whose_registration_was_written() -> None:
+    ctx = Context()
+    assert register(ctx, ["n0"]).error is Error.NONE
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.unregister_static_member(h, GROUP, "n0", ctx.now))
+    ctx.complete_writes()  # the group's registration record holds no instance now
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.register_static_members(h, GROUP, ["n1"], TIMEOUT, ctx.now))
+    ctx.fail_writes(AppendFailure.STORAGE)
+    assert ctx.reply(h, AdminResult).error is Error.NOT_COORDINATOR
+    assert ctx.has_group() and ctx.group().registered == {}
+    assert ctx.reloaded().has_group()  # as the log has it
+
+
 def test_forced_rebalance_moves_a_stable_group_to_preparing_and_heartbeats_learn_it() -> None:
     ctx = Context()
     g = ctx.stable_group(2)
