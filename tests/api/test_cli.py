@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.api.helpers import Api, CliResult, close_all, form_group, free_port, run_cli, served_node
+from tests.api.helpers import (
+    ROOT,
+    Api,
+    CliResult,
+    close_all,
+    form_group,
+    free_port,
+    run_cli,
+    served_node,
+)
 
 
 def ok(res: CliResult) -> str:
@@ -242,3 +253,15 @@ async def test_cli_errors_bad_token_and_unreachable(tmp_path: Path) -> None:
     for res in results[:-1]:
         failed(res, 2, "cannot reach", dead)
     failed(results[-1], 2, "cannot reach")
+
+
+def test_the_admin_commands_load_neither_the_node_nor_the_database_libraries() -> None:
+    # each admin command is a process of its own: the node's libraries (the wire codecs, the
+    # web server, SQLAlchemy) would add about a second to every call an operator makes
+    heavy = {"sqlalchemy", "alembic", "asyncpg", "aiosqlite", "kio", "uvicorn", "fastapi"}
+    heavy |= {"starlette", "pyspark"}
+    probe = "import sys, cli.main; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert heavy.isdisjoint(out.stdout.split()), sorted(heavy & set(out.stdout.split()))
