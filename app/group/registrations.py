@@ -12,6 +12,7 @@ import logging
 
 from app.group.messages import NO_ERROR, AdminOutcome, AdminResult, Error
 from app.group.rebalance import Rebalancer
+from app.group.replay import drop_if_unused
 from app.group.results import AdminDone, AppendFailure, LogOnly, Result, Write, group_write_error
 from app.group.state import DEAD, PREPARING_REBALANCE, Group
 from app.group.timers import TimerKey, TimerQueue, expansion_key
@@ -120,8 +121,7 @@ class Registrations:
             return
         tr.registration_unwritten = False
         group.registration = None
-        if group.is_unused():
-            self.groups.pop(group.group_id, None)
+        drop_if_unused(self.groups, group)
 
     # ==== the scale-up ==========================================================================
 

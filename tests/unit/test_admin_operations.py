@@ -183,6 +183,20 @@ def test_a_failed_registration_keeps_a_group_whose_registration_was_written() ->
     assert ctx.reloaded().has_group()  # as the log has it
 
 
+def test_a_failed_first_registration_keeps_the_group_a_withdrawal_being_written_holds() -> None:
+    # the withdrawal's record is the group's registration once written: the group stays for it
+    ctx = Context()
+    h = ctx._handle()
+    ctx._absorb(ctx.coordinator.register_static_members(h, GROUP, ["n0"], TIMEOUT, ctx.now))
+    withdrawal = ctx._handle()
+    ctx._absorb(ctx.coordinator.unregister_static_member(withdrawal, GROUP, "n0", ctx.now))
+    ctx.fail_writes(AppendFailure.STORAGE, count=1)
+    assert ctx.reply(h, AdminResult).error is Error.NOT_COORDINATOR
+    ctx.complete_writes()
+    assert ctx.reply(withdrawal, AdminResult).error is Error.NONE
+    assert ctx.has_group() and ctx.reloaded().has_group()
+
+
 def test_forced_rebalance_moves_a_stable_group_to_preparing_and_heartbeats_learn_it() -> None:
     ctx = Context()
     g = ctx.stable_group(2)
