@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # on local[2]: hundreds of short queries, each with its own generated classes, on the cores the
 # tasks need. C1 alone compiles them for a fraction of that; a long scan runs slower (0.9 s ->
 # 1.9 s for 10M values warm), the audit faster (50-58 s -> 47 s). Clusters keep the default.
-LOCAL_JIT = "-XX:TieredStopAtLevel=1"
+# C1 alone reserves 48 MiB for compiled code, which an audit of 10M records fills near its end
+# ("CodeCache is full. Compiler has been disabled": what runs after that stays interpreted)
+LOCAL_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 
 
 def log(msg: str) -> None:
@@ -66,6 +68,10 @@ def build_session(
         # once per 100k rows, not once per 10k
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.parquet.compression.codec": "zstd",
+        # the audit caches only small tables (members, partials, per-partition rows): encoding
+        # them was a fifth of the executor's samples (dictionary statistics of every column),
+        # for memory these tables do not need saved
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         # jobs from several driver threads (Audit.beside) share the task slots by pool
         "spark.scheduler.mode": "FAIR",
     }
