@@ -174,6 +174,7 @@ class Audit:
         # scan.py); anywhere else by Spark's scan
         self.arrow_reads = _is_local_path(input_dir)
         self.fold_rows = FOLD_ROWS  # commits folded at once into partials
+        self.merge_partials = True  # a task's partials joined before the JVM joins them all
         self.max_bitmaps = MAX_BITMAPS_PER_ROW_GROUP  # offset bitmaps a row group may emit
         self.commits_by = ""  # "partials" or "window": how the commits were sequenced
         self._scan: Any = None
@@ -822,13 +823,16 @@ class Audit:
                 intervals=shipped,
                 record_type=RecordType.OFFSET_COMMIT.value,
                 fold_rows=self.fold_rows,
+                merge=self.merge_partials,
             )
             partials = tasks.mapInArrow(fold, schema)
         else:
             raw = recs.filter(F.col("record_type") == RecordType.OFFSET_COMMIT.value).select(
                 *OFFSET_INPUT_COLUMNS
             )
-            partials = raw.mapInArrow(partial(partial_batches, intervals=shipped), schema)
+            partials = raw.mapInArrow(
+                partial(partial_batches, intervals=shipped, merge=self.merge_partials), schema
+            )
         partitions = self.persist(_combine_partials(partials))
         counts = partitions.agg(
             F.sum("_flagged"), F.sum("_checked"), F.sum("_interleaved"), F.count("*")

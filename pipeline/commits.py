@@ -292,13 +292,143 @@ def _names(names: pa.Array) -> tuple[Any, pa.Array, pa.Array, pa.Array]:
     )
 
 
+def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """A task's partials (PARTIAL_SCHEMA, of any of its batches, in any order) joined per
+    committed partition and log partition as the JVM joins them (`audit._combine_partials`):
+    the sums, and the step from each stretch's last decoded commit to the next one's first.
+    The JVM then joins one partial per partition and task instead of one per batch (161k
+    partials -> 105k at 10M records). A partition whose stretches interleave here keeps them
+    all, so the JVM finds them; merged stretches only grow, so no interleaving is hidden."""
+    import numpy as np
+
+    if len(partials) == 1:  # one batch: one partial per partition already
+        return partials[0]
+    keys = ["group_id", "topic", "partition", "log_partition"]
+    t = pa.Table.from_batches(partials, PARTIAL_SCHEMA)
+    order = pc.sort_indices(
+        t, [(k, "ascending") for k in [*keys, "first_lo"]], null_placement="at_start"
+    )
+    t = t.take(order).combine_chunks()
+    cols = {name: t.column(name).combine_chunks() for name in t.column_names}
+    n = t.num_rows
+    if not n:
+        return partials[0]
+    new = np.zeros(n, bool)
+    new[0] = True
+    for k in keys:
+        col = cols[k]
+        new[1:] |= np.asarray(pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True))
+    starts = np.flatnonzero(new)
+    seg = np.cumsum(new) - 1
+    nseg = len(starts)
+    idx = np.arange(n)
+
+    def arr(name: str, fill: Any = 0) -> Any:
+        return np.asarray(cols[name].fill_null(fill))
+
+    def valid(name: str) -> Any:
+        return np.asarray(cols[name].is_valid())
+
+    has = valid("first_lo")  # null first_lo (no decoded commit) sorts first in its partition
+    # each partial with the one before it in its partition, both with a decoded commit
+    pair = np.zeros(n, bool)
+    pair[1:] = (seg[1:] == seg[:-1]) & has[1:] & has[:-1]
+    first_lo, last_lo = arr("first_lo"), arr("last_lo")
+    prev_last_lo = np.concatenate([[0], last_lo[:-1]])
+    interleaved = np.zeros(nseg, bool)
+    np.logical_or.at(interleaved, seg[pair & (prev_last_lo >= first_lo)], True)
+
+    def prev(values: Any) -> Any:
+        return np.concatenate([values[:1], values[:-1]])
+
+    last_tomb = arr("last_tombstone", True)
+    first_tomb = arr("first_tombstone", True)
+    step = pair & ~prev(last_tomb) & ~first_tomb
+    delta = np.where(step, arr("first_co") - prev(arr("last_co")), 0)
+    step_violation = (
+        step
+        & (delta < 0)
+        & (arr("first_source") != SOURCE_RESET)
+        & (arr("first_gen") == prev(arr("last_gen")))
+        & (arr("first_inc") == prev(arr("last_inc")))
+    )
+
+    def total(name: str, extra: Any = 0) -> Any:
+        return np.add.reduceat(arr(name) + extra, starts)
+
+    def pick(mask: Any, last: bool) -> tuple[Any, Any]:  # row of each segment, whether any
+        if last:
+            at = np.maximum.reduceat(np.where(mask, idx, -1), starts)
+            return np.maximum(at, 0), at >= 0
+        at = np.minimum.reduceat(np.where(mask, idx, n), starts)
+        return np.minimum(at, n - 1), at < n
+
+    def take(name: str, rows: Any, ok: Any) -> pa.Array:
+        col = cols[name].take(pa.array(rows))
+        return pc.if_else(pa.array(ok), col, pa.nulls(nseg, col.type))
+
+    def extreme(name: str, fn: Any, empty: int) -> pa.Array:
+        r = fn.reduceat(np.where(valid(name), arr(name), empty), starts)
+        return pa.array(r, pa.int64(), mask=r == empty)
+
+    f_row, f_ok = pick(has, last=False)
+    l_row, l_ok = pick(has, last=True)
+    lf_row, lf_ok = pick(valid("live_first_lo"), last=False)
+    ll_row, ll_ok = pick(valid("live_last_lo"), last=True)
+    # the distinct generations of each partition's partials
+    gens = cols["generations"]
+    lengths = np.asarray(pc.list_value_length(gens).fill_null(0))
+    flat = np.asarray(pc.list_flatten(gens), np.int64)
+    pairs = np.unique((np.repeat(seg, lengths) << 32) | (flat & 0xFFFFFFFF))
+    counts = np.bincount(pairs >> 32, minlength=nseg)
+    merged = {
+        **{k: cols[k].take(pa.array(starts)) for k in keys},
+        "decoded": total("decoded"),
+        "commits": total("commits"),
+        "member_commits": total("member_commits"),
+        "resets": total("resets"),
+        "tombstones": total("tombstones"),
+        "offset_advance": total("offset_advance", np.where(delta > 0, delta, 0)),
+        "offset_rewound": total("offset_rewound", np.where(delta < 0, -delta, 0)),
+        "regressions": total("regressions", delta < 0),
+        "violations": total("violations", step_violation),
+        "checked": total("checked", step),
+        "flagged": total("flagged", step_violation),
+        "first_commit_ms": extreme("first_commit_ms", np.minimum, np.iinfo(np.int64).max),
+        "last_commit_ms": extreme("last_commit_ms", np.maximum, np.iinfo(np.int64).min),
+        "min_offset": extreme("min_offset", np.minimum, np.iinfo(np.int64).max),
+        "max_offset": extreme("max_offset", np.maximum, np.iinfo(np.int64).min),
+        "generations": pa.ListArray.from_arrays(
+            pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
+            pa.array((pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32), pa.int32()),
+        ),
+    }
+    for name in ("first_lo", "first_tombstone", "first_co", "first_source", "first_gen"):
+        merged[name] = take(name, f_row, f_ok)
+    merged["first_inc"] = take("first_inc", f_row, f_ok)
+    for name in ("last_lo", "last_tombstone", "last_co", "last_gen", "last_inc"):
+        merged[name] = take(name, l_row, l_ok)
+    for name in ("live_first_lo", "live_first_co"):
+        merged[name] = take(name, lf_row, lf_ok)
+    for name in ("live_last_lo", "live_last_co"):
+        merged[name] = take(name, ll_row, ll_ok)
+    joined = pa.Table.from_arrays(
+        [pa.array(merged[f.name], f.type) for f in PARTIAL_SCHEMA], schema=PARTIAL_SCHEMA
+    ).filter(pa.array(~interleaved))
+    kept = t.filter(pa.array(interleaved[seg]))
+    return pa.concat_tables([joined, kept]).combine_chunks().to_batches()[0]
+
+
 def partial_batches(
-    batches: Iterator[pa.RecordBatch], intervals: pa.Table
+    batches: Iterator[pa.RecordBatch], intervals: pa.Table, merge: bool = True
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: OFFSET_COMMIT rows -> PARTIAL_SCHEMA rows."""
-    for batch in batches:
-        if batch.num_rows:
-            yield partial_batch(batch, intervals)
+    """mapInArrow body: OFFSET_COMMIT rows -> PARTIAL_SCHEMA rows (`merge`: joined per
+    partition over the task's batches)."""
+    partials = [partial_batch(batch, intervals) for batch in batches if batch.num_rows]
+    if merge and partials:
+        yield merge_partials(partials)
+    else:
+        yield from partials
 
 
 def partial_row_groups(
@@ -306,6 +436,7 @@ def partial_row_groups(
     intervals: pa.Table,
     record_type: int,
     fold_rows: int = FOLD_ROWS,
+    merge: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body over scan.TASK_SCHEMA rows: each row group's offset commits, read by
     the worker itself (handing 10M keys and values from the JVM's scan to Python through
@@ -315,16 +446,21 @@ def partial_row_groups(
     # consecutive row groups of a task are one stretch of the log: folded together up to
     # `fold_rows`, a partition's commits make fewer partials for the JVM to join
     pending: list[pa.Table] = []
+    folded: list[pa.RecordBatch] = []
     rows = 0
     for t, _ in read_row_groups(tasks):
         t = t.filter(pc.equal(t["record_type"], record_type))
         pending.append(t)
         rows += t.num_rows
         if rows >= fold_rows:
-            yield _fold(pending, intervals)
+            folded.append(_fold(pending, intervals))
             pending, rows = [], 0
     if rows:
-        yield _fold(pending, intervals)
+        folded.append(_fold(pending, intervals))
+    if merge and folded:
+        yield merge_partials(folded)
+    else:
+        yield from folded
 
 
 def _fold(tables: list[pa.Table], intervals: pa.Table) -> pa.RecordBatch:

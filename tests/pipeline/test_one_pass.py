@@ -124,6 +124,17 @@ def test_commits_folded_per_batch_match_the_window(
     assert found["records_decode"] == 4
 
 
+def test_partials_joined_by_the_jvm_alone_match_the_window(
+    spark: Any, tmp_path: Path, references: References
+) -> None:
+    # a task's partials not joined in the worker first: the JVM joins every step
+    export = known_log(tmp_path / "export", duplicate=False, row_group_size=1)
+    ref = known(references, False)
+    audit_like_reference(
+        spark, export, tmp_path, "partials", ref, fold_rows=1, merge_partials=False
+    )
+
+
 def test_commits_from_spark_batches_match_the_window(
     spark: Any, tmp_path: Path, references: References
 ) -> None:
