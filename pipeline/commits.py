@@ -403,15 +403,16 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
             pa.array((pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32), pa.int32()),
         ),
     }
-    for name in ("first_lo", "first_tombstone", "first_co", "first_source", "first_gen"):
-        merged[name] = take(name, f_row, f_ok)
-    merged["first_inc"] = take("first_inc", f_row, f_ok)
-    for name in ("last_lo", "last_tombstone", "last_co", "last_gen", "last_inc"):
-        merged[name] = take(name, l_row, l_ok)
-    for name in ("live_first_lo", "live_first_co"):
-        merged[name] = take(name, lf_row, lf_ok)
-    for name in ("live_last_lo", "live_last_co"):
-        merged[name] = take(name, ll_row, ll_ok)
+    # the rest are a stretch's first or last (live) commit: the value of its row
+    rows_of = {
+        "first": (f_row, f_ok),
+        "last": (l_row, l_ok),
+        "live_first": (lf_row, lf_ok),
+        "live_last": (ll_row, ll_ok),
+    }
+    for name in PARTIAL_SCHEMA.names:
+        if name not in merged:
+            merged[name] = take(name, *rows_of[name.rsplit("_", 1)[0]])
     joined = pa.Table.from_arrays(
         [pa.array(merged[f.name], f.type) for f in PARTIAL_SCHEMA], schema=PARTIAL_SCHEMA
     ).filter(pa.array(~interleaved))
