@@ -29,6 +29,9 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I32X2: Final = struct.Struct(">ii")
 _I64: Final = struct.Struct(">q")
+# kio reads OffsetCommit's retention (v2-4) as a timedelta, in microseconds of an int64: a
+# retention past this many milliseconds either way is a frame the generic path rejects
+_MAX_RETENTION_MS: Final = (2**63 - 1) // 1000
 _I32_I64: Final = struct.Struct(">iq")
 _I32_I64_I32: Final = struct.Struct(">iqi")
 
@@ -358,8 +361,8 @@ def read_offset_commit(
                 topics.append((name, tuple(parts)))
     except _ERRORS:
         return None
-    if pos != len(frame):
-        return None
+    if pos != len(frame) or not -_MAX_RETENTION_MS <= retention_ms <= _MAX_RETENTION_MS:
+        return None  # the generic path reads it, or says why not
     return OffsetCommitWire(
         version, group_id, generation_id, member_id, instance_id, retention_ms, tuple(topics)
     )

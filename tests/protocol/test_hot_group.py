@@ -483,3 +483,30 @@ async def test_a_live_offset_commit_is_served_alike_on_both_paths(
     assert hot_reads == [True, False]  # the first took the hot path, the tagged one did not
     metrics = generate_latest(node.node.metrics.registry).decode()
     assert 'coordinator_requests_total{api="OffsetCommit",error="0",version="8"} 2.0' in metrics
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_a_retention_the_generic_path_cannot_read_is_left_to_it(version: int) -> None:
+    # kio reads v2-4's retention as a timedelta of int64 microseconds: one millisecond past
+    # that, the generic path rejects the frame, and the fast path must not accept it instead
+    values = dict(
+        group_id="g",
+        generation_id_or_member_epoch=1,
+        member_id="m",
+        group_instance_id=None,
+        retention_time_ms=5,
+        topics=[("t", [(0, 7, -1, None)])],
+    )
+    frame = bytearray(commit_frame(version, "c", **values))
+    at = bytes(frame).index(struct.pack(">q", 5))
+    edge = (2**63 - 1) // 1000
+    for retention in (edge, edge + 1, -edge, -edge - 1, 2**63 - 1, -(2**63)):
+        frame[at : at + 8] = struct.pack(">q", retention)
+        expected = generic_commit(bytes(frame), version)
+        got = hot_commit(bytes(frame), version)
+        if abs(retention) <= edge:
+            assert isinstance(expected, OffsetCommitWire)
+            assert got == expected
+        else:
+            assert isinstance(expected, ValueError)
+            assert got is None
