@@ -1535,14 +1535,19 @@ _INVARIANT_SCHEMA = pa.schema(
 )
 
 
+def _parquet_files(path: str) -> list[Path] | None:
+    """The files of a Parquet directory written by Spark (None: not a local directory)."""
+    if not _is_local_path(path):
+        return None
+    return sorted(Path(path.removeprefix("file://")).glob("*.parquet"))
+
+
 def _parquet_table(path: str, columns: list[str]) -> pa.Table | None:
     """The `columns` of a small Parquet directory written by Spark, read without Spark (None:
     not a local directory)."""
-    if not _is_local_path(path):
-        return None
     import pyarrow.parquet as pq
 
-    files = sorted(Path(path.removeprefix("file://")).glob("*.parquet"))
+    files = _parquet_files(path)
     if not files:
         return None
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
@@ -1550,11 +1555,11 @@ def _parquet_table(path: str, columns: list[str]) -> pa.Table | None:
 
 def _parquet_rows(path: str) -> int | None:
     """Rows of a Parquet directory written by Spark, from the footers alone (no Spark job)."""
-    if not _is_local_path(path):
-        return None
     import pyarrow.parquet as pq
 
-    files = sorted(Path(path.removeprefix("file://")).glob("*.parquet"))
+    files = _parquet_files(path)
+    if files is None:
+        return None
     return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
 
 

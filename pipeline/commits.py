@@ -214,12 +214,7 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
         return pa.array(r, pa.int64(), mask=r == empty)
 
     # the distinct generations of each stretch's decoded commits
-    pairs = np.unique((seg[ok] << 32) | (gen[ok].astype(np.int64) & 0xFFFFFFFF))
-    counts = np.bincount(pairs >> 32, minlength=nseg)
-    gens = pa.ListArray.from_arrays(
-        pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
-        pa.array((pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32), pa.int32()),
-    )
+    gens = _distinct_per_segment(seg[ok], gen[ok], nseg)
     arrays = {
         "group_id": gid,
         "topic": topic,
@@ -263,6 +258,18 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
             for a, f in zip((arrays[f.name] for f in PARTIAL_SCHEMA), PARTIAL_SCHEMA, strict=True)
         ],
         schema=PARTIAL_SCHEMA,
+    )
+
+
+def _distinct_per_segment(seg: Any, values: Any, nseg: int) -> pa.ListArray:
+    """The distinct int32 `values` of each of `nseg` segments (`seg`: each value's), sorted."""
+    import numpy as np
+
+    pairs = np.unique((seg.astype(np.int64) << 32) | (values.astype(np.int64) & 0xFFFFFFFF))
+    counts = np.bincount(pairs >> 32, minlength=nseg)
+    return pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
+        pa.array((pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32), pa.int32()),
     )
 
 
@@ -379,8 +386,6 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
     gens = cols["generations"]
     lengths = np.asarray(pc.list_value_length(gens).fill_null(0))
     flat = np.asarray(pc.list_flatten(gens), np.int64)
-    pairs = np.unique((np.repeat(seg, lengths) << 32) | (flat & 0xFFFFFFFF))
-    counts = np.bincount(pairs >> 32, minlength=nseg)
     merged = {
         **{k: cols[k].take(pa.array(starts)) for k in keys},
         "decoded": total("decoded"),
@@ -398,10 +403,7 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
         "last_commit_ms": extreme("last_commit_ms", np.maximum, np.iinfo(np.int64).min),
         "min_offset": extreme("min_offset", np.minimum, np.iinfo(np.int64).max),
         "max_offset": extreme("max_offset", np.maximum, np.iinfo(np.int64).min),
-        "generations": pa.ListArray.from_arrays(
-            pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
-            pa.array((pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32), pa.int32()),
-        ),
+        "generations": _distinct_per_segment(np.repeat(seg, lengths), flat, nseg),
     }
     # the rest are a stretch's first or last (live) commit: the value of its row
     rows_of = {
