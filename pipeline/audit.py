@@ -43,15 +43,8 @@ from pipeline.commits import (
     partial_row_groups,
     prepare_intervals,
 )
-from pipeline.decode import (
-    INPUT_COLUMNS,
-    MEMBER_SCHEMA,
-    OFFSET_INPUT_COLUMNS,
-    REGISTRATION_SCHEMA,
-    decode_group_batches,
-    decode_offsets,
-    decode_registration_batches,
-)
+from pipeline.decode import INPUT_COLUMNS, OFFSET_INPUT_COLUMNS, decode_offsets
+from pipeline.groups import GROUP_INVARIANTS, PASS_SCHEMA, audit_group_batches, group_key
 from pipeline.scan import (
     BITMAP,
     MAX_BITMAPS_PER_ROW_GROUP,
@@ -65,6 +58,9 @@ from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
+GROUP_METADATA = RecordType.GROUP_METADATA.value
+STATIC_REGISTRATION = RecordType.STATIC_REGISTRATION.value
+GROUP_STAGE = "group pass: records decoded and audited per group (members, generations, ...)"
 # group records whose intervals each commit task receives (about 50 bytes each): past this the
 # commits are sequenced by the window, which broadcasts them the JVM's way
 MAX_SHIPPED_INTERVALS = 1_000_000
@@ -247,50 +243,41 @@ class Audit:
                 with progress(self.spark, "one pass over every record (counts, offsets seen)"):
                     self._scan = self._scan_records()
                     input_rows = self._write_input_summary(recs)
-                with progress(self.spark, "decoding group metadata (members, assignments)"):
+                with progress(self.spark, GROUP_STAGE):
                     self._others = self._other_records(recs)
-                    members, records = self._group_records(recs)
+                    self._groups = self._group_pass()
+                    records = self.write("group_records", self._pass_rows("group_records"))
             else:
                 # the input summary, an aggregate of every record in the JVM, runs beside the
-                # group metadata stage, which starts the Python workers
+                # group pass, which starts the Python workers
                 input_summary = self.beside(
                     "input summary (every record in log + history)",
                     lambda: self._write_input_summary(recs),
                 )
-                with progress(
-                    self.spark, "reading + decoding group metadata (members, assignments)"
-                ):
+                with progress(self.spark, f"reading + {GROUP_STAGE}"):
                     # every record but the offset commits (the few that need Python to
                     # decode), read once and kept for the stages below
                     self._others = self._other_records(recs)
-                    members, records = self._group_records(recs)
+                    self._groups = self._group_pass()
+                    records = self.write("group_records", self._pass_rows("group_records"))
                 input_rows = input_summary.result()
-            # Everything below reads the group records and the one pass's cache, and only the
-            # invariants and the per-group summary read each other's tables: the commits (a
-            # pass over every commit, both slots busy), the static identity and the duplicate
-            # check run beside generations, scale-ups and reasons, whose small jobs leave a
-            # slot idle most of the time
+            # The commits (a pass over every commit, both slots busy) and the duplicate check
+            # run beside the writes of the group pass's tables, whose small jobs leave a slot
+            # idle most of the time; only the invariants and the per-group summary read them
             commits = self.beside(
                 "offset commits (generation as of the log, movement)",
                 lambda: self._commit_activity(self._commits(recs, records)),
             )
-            static_identity = self.beside(
-                "static replacements, SkipAssignment, fenced instances",
-                lambda: self._static_identity(members),
-            )
             positions = self.beside(
                 "duplicate log positions: offset bitmaps", lambda: self._positions(recs)
             )
-            with progress(self.spark, "generations, partitions moved"):
-                gens = self._generations(members, records)
-            with progress(self.spark, "pre-registered scale-ups"):
-                self._scale_ups(recs, gens)
+            with progress(self.spark, "generations, static identity, scale-ups (written)"):
+                gens = self._group_tables()
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
             activity = commits.result()
-            static_identity.result()
             with progress(self.spark, "invariants"):
-                invariants = self._invariants(positions.result(), members, records)
+                invariants = self._invariants(positions.result())
             with progress(self.spark, "per-group summary"):
                 self._group_summary(gens, activity)
         except BaseException:
@@ -428,338 +415,42 @@ class Audit:
         log(f"  {other_rows:,} records other than offset commits")
         return others
 
-    # ---- group metadata -----------------------------------------------------------------------
+    # ---- group metadata ---------------------------------------------------------------------
 
-    def _group_records(self, recs: Any) -> tuple[Any, Any]:
-        """Decoded members (one row per record and member) and live group records (one row per
-        record, with incarnation, neighbours in log order and position in its generation)."""
-        from pyspark.sql import Window
+    def _group_pass(self) -> Any:
+        """Every per-group table at once (pipeline/groups.py): the group metadata and static
+        registration records grouped by group, each group decoded and audited by one Python
+        call; cached, each table a struct column of its rows."""
         from pyspark.sql import functions as F
 
-        raw = self._others.filter(F.col("record_type") == RecordType.GROUP_METADATA.value).select(
-            *INPUT_COLUMNS
-        )
-        members = self.persist(
-            raw.mapInArrow(decode_group_batches, _spark_schema(MEMBER_SCHEMA)), materialize=True
-        )
-        self._all_members = members
-        member_cols = [f.name for f in MEMBER_SCHEMA if f.name not in _RECORD_COLUMNS]
-        records = members.filter(F.col("member_index") <= 0).drop(*member_cols)
-        by_group = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
-        records = records.withColumn(
-            "incarnation",
-            F.coalesce(
-                F.sum(F.col("tombstone").cast("int")).over(
-                    by_group.rowsBetween(Window.unboundedPreceding, -1)
-                ),
-                F.lit(0),
-            ),
-        )
-        live = records.filter(
-            ~F.col("tombstone") & F.col("decode_error").isNull() & F.col("group_id").isNotNull()
-        )
-        seq = Window.partitionBy("group_id", "incarnation").orderBy("log_partition", "log_offset")
-        in_gen = Window.partitionBy("group_id", "incarnation", "generation")
-        live = (
-            live.withColumn("prev_offset", F.lag("log_offset").over(seq))
-            .withColumn("prev_generation", F.lag("generation").over(seq))
-            .withColumn("next_offset", F.lead("log_offset").over(seq))
-            .withColumn("next_generation", F.lead("generation").over(seq))
-            .withColumn(
-                "rn_in_gen", F.row_number().over(in_gen.orderBy("log_partition", "log_offset"))
-            )
-            .withColumn(
-                "kind",
-                F.when(F.col("rn_in_gen") == 1, "rebalance").otherwise("same_generation"),
-            )
-        )
-        tombstones = records.filter(F.col("tombstone") & F.col("group_id").isNotNull()).select(
-            "group_id",
-            "log_partition",
-            "log_offset",
-            "append_time_ms",
-            "in_history",
-            "incarnation",
-            F.lit("tombstone").alias("kind"),
-        )
-        group_records = self.write(
-            "group_records",
-            live.drop("decode_error", "tombstone").unionByName(
-                tombstones, allowMissingColumns=True
-            ),
-        )
-        live = group_records.filter(F.col("kind") != "tombstone")
-        enrich = live.select(
-            "log_partition",
-            "log_offset",
-            "incarnation",
-            "prev_offset",
-            "next_offset",
-            "next_generation",
-            "rn_in_gen",
-        )
-        live_members = self.persist(
-            members.filter(
-                (F.col("member_index") >= 0)
-                & F.col("decode_error").isNull()
-                & F.col("group_id").isNotNull()
-            )
-            .join(enrich, ["log_partition", "log_offset"])
-            .withColumn("owner", F.coalesce("instance_id", "member_id")),
-            materialize=True,
-        )
-        return live_members, group_records
+        raw = self._others.filter(
+            F.col("record_type").isin(GROUP_METADATA, STATIC_REGISTRATION)
+        ).select(*INPUT_COLUMNS, "record_type", group_key().alias("_group"))
+        # each group's records in one task, next to each other
+        by_group = raw.repartition("_group").sortWithinPartitions("_group")
+        per_group = by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
+        return self.persist(per_group, materialize=True)
 
-    def _generations(self, members: Any, records: Any) -> Any:
+    def _pass_rows(self, name: str) -> Any:
+        """One of the group pass's outputs (pipeline/groups.py OUTPUTS) as a table."""
         from pyspark.sql import functions as F
 
-        own = self.persist(
-            members.select(
-                "group_id",
-                "incarnation",
-                "generation",
-                "log_partition",
-                "log_offset",
-                "rn_in_gen",
-                "prev_offset",
-                "next_offset",
-                "next_generation",
-                "owner",
-                F.explode("assigned").alias("tp"),
-            ).select(
-                "*", F.col("tp.topic").alias("topic"), F.col("tp.partition").alias("partition")
-            )
-        )
-        self._owners = own
-        keys = ["log_partition", "prev_offset", "cur_offset", "topic", "partition"]
-        cur = own.filter(F.col("rn_in_gen") == 1).select(
-            "log_partition",
-            "prev_offset",
-            F.col("log_offset").alias("cur_offset"),
-            "topic",
-            "partition",
-            "owner",
-        )
-        # the last record of a generation, facing the first record of the next one
-        prev = own.filter(
-            F.col("next_generation").isNotNull() & (F.col("next_generation") != F.col("generation"))
-        ).select(
-            "log_partition",
-            F.col("log_offset").alias("prev_offset"),
-            F.col("next_offset").alias("cur_offset"),
-            "topic",
-            "partition",
-            F.col("owner").alias("prev_owner"),
-        )
-        has, had = F.col("owner").isNotNull(), F.col("prev_owner").isNotNull()
-        moves = (
-            cur.join(prev, keys, "full_outer")
-            .groupBy("log_partition", "cur_offset")
-            .agg(
-                F.sum(has.cast("int")).alias("partitions_assigned"),
-                F.sum((has & had & (F.col("owner") != F.col("prev_owner"))).cast("int")).alias(
-                    "partitions_moved"
-                ),
-                F.sum((has & ~had).cast("int")).alias("partitions_new"),
-                F.sum((~has & had).cast("int")).alias("partitions_revoked"),
-            )
-            .withColumnRenamed("cur_offset", "log_offset")
-        )
+        return self._groups.filter(F.col(name).isNotNull()).select(f"{name}.*")
 
-        def known(c: str) -> Any:  # -1 = unknown
-            return F.when(F.col(c) >= 0, F.col(c))
-
-        first = records.filter(F.col("kind") == "rebalance").select(
-            "group_id",
-            "incarnation",
-            "generation",
-            "prev_generation",
-            "log_partition",
-            "log_offset",
-            "rebalance_reason",
-            known("rebalance_started_ms").alias("rebalance_started_ms"),
-            known("state_timestamp_ms").alias("join_completed_ms"),
-            F.col("append_time_ms").alias("rebalance_ended_ms"),
-            "members",
-            "static_members",
-            "dynamic_members",
-            "leader",
-            "leader_instance",
-            "protocol_type",
-            "protocol_name",
-            "in_history",
-        )
-        gens = (
-            first.join(moves, ["log_partition", "log_offset"], "left")
-            .fillna(
-                0,
-                ["partitions_assigned", "partitions_moved", "partitions_new", "partitions_revoked"],
-            )
-            .withColumn("duration_ms", F.col("rebalance_ended_ms") - F.col("rebalance_started_ms"))
-            .withColumn(
-                "forced", F.coalesce(F.col("rebalance_reason").startswith("admin: "), F.lit(False))
-            )
-            .withColumn("empty", F.col("members") == 0)
-        )
-        return self.write("generations", gens)
-
-    def _static_identity(self, members: Any) -> None:
-        """Static replacements absorbed without a rebalance, SkipAssignment leader rejoins, and
-        every member id fenced by a new one for the same group.instance.id."""
+    def _group_tables(self) -> Any:
+        """The group pass's tables after the group records, written: the generations (returned
+        as read back), static identity and scale-ups."""
         from pyspark.sql import functions as F
 
-        static = members.filter(F.col("instance_id").isNotNull())
-        cur = static.select(
-            "group_id",
-            "incarnation",
-            "log_partition",
-            "log_offset",
-            "prev_offset",
-            "generation",
-            "append_time_ms",
-            "instance_id",
-            F.col("member_id").alias("new_member_id"),
-            "leader",
-            "skip_assignment",
-            "rebalance_reason",
-        )
-        prev = static.select(
-            "log_partition",
-            F.col("log_offset").alias("prev_offset"),
-            "instance_id",
-            F.col("member_id").alias("old_member_id"),
-            F.col("generation").alias("old_generation"),
-            F.col("leader").alias("old_leader"),
-        )
-        changes = self.persist(
-            cur.join(prev, ["log_partition", "prev_offset", "instance_id"]).filter(
-                F.col("new_member_id") != F.col("old_member_id")
-            )
-        )
-        in_place = changes.filter(F.col("generation") == F.col("old_generation")).select(
-            "group_id",
-            "incarnation",
-            "generation",
-            "instance_id",
-            "old_member_id",
-            "new_member_id",
-            (F.col("old_leader") == F.col("old_member_id")).alias("leader_replaced"),
-            F.when(F.col("old_leader") == F.col("old_member_id"), F.col("skip_assignment")).alias(
-                "skip_assignment"
-            ),
-            F.col("append_time_ms").alias("replaced_at_ms"),
-            "log_partition",
-            "log_offset",
-        )
-        replaced = self.write("static_replacements", in_place)
+        gens = self.write("generations", self._pass_rows("generations"))
+        replaced = self.write("static_replacements", self._pass_rows("static_replacements"))
         self.write(
             "skip_assignment_rejoins",
             replaced.filter(F.col("leader_replaced")).drop("leader_replaced"),
         )
-        across = changes.filter(F.col("generation") != F.col("old_generation"))
-        fenced = replaced.select(
-            "group_id",
-            "instance_id",
-            F.col("old_member_id").alias("fenced_member_id"),
-            F.col("new_member_id").alias("by_member_id"),
-            F.col("generation").alias("from_generation"),
-            "generation",
-            F.lit("replaced_in_place").alias("kind"),
-            F.col("replaced_at_ms").alias("at_ms"),
-            "log_partition",
-            "log_offset",
-        ).unionByName(
-            across.select(
-                "group_id",
-                "instance_id",
-                F.col("old_member_id").alias("fenced_member_id"),
-                F.col("new_member_id").alias("by_member_id"),
-                F.col("old_generation").alias("from_generation"),
-                "generation",
-                F.lit("replaced_across_rebalance").alias("kind"),
-                F.col("append_time_ms").alias("at_ms"),
-                "log_partition",
-                "log_offset",
-            )
-        )
-        self.write("fenced_instances", fenced)
-
-    def _scale_ups(self, recs: Any, gens: Any) -> None:
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        regs = (
-            self._others.filter(F.col("record_type") == RecordType.STATIC_REGISTRATION.value)
-            .select(*INPUT_COLUMNS)
-            .mapInArrow(decode_registration_batches, _spark_schema(REGISTRATION_SCHEMA))
-        )
-        self._bad_registrations = regs.filter(F.col("decode_error").isNotNull())
-        regs = regs.filter(F.col("decode_error").isNull())
-        w = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
-        closing = F.col("tombstone") | (F.size("expected") == 0)
-        regs = (
-            regs.withColumn("is_close", closing)
-            .withColumn(
-                "opens", ~F.col("is_close") & F.coalesce(F.lag(closing).over(w), F.lit(True))
-            )
-            .withColumn("episode", F.sum(F.col("opens").cast("int")).over(w))
-            .filter(F.col("episode") > 0)
-        )
-        open_ = ~F.col("is_close")
-        episodes = regs.groupBy("group_id", "episode").agg(
-            F.first("log_partition").alias("log_partition"),
-            F.min(F.when(open_, F.col("registered_ms"))).alias("registered_ms"),
-            F.array_sort(F.array_distinct(F.flatten(F.collect_list("expected")))).alias(
-                "instances"
-            ),
-            F.max(F.when(F.col("expansion_started_ms") >= 0, F.col("expansion_started_ms"))).alias(
-                "expansion_started_ms"
-            ),
-            F.max("expansion_timeout_ms").alias("expansion_timeout_ms"),
-            F.min("log_offset").alias("opened_offset"),
-            F.min(F.when(open_ & (F.col("expansion_started_ms") >= 0), F.col("log_offset"))).alias(
-                "started_offset"
-            ),
-            F.min(F.when(F.col("is_close"), F.col("log_offset"))).alias("closed_offset"),
-            F.min(F.when(F.col("is_close"), F.col("append_time_ms"))).alias("closed_ms"),
-            F.array_sort(
-                F.array_distinct(
-                    F.flatten(
-                        F.collect_list(F.coalesce("dropped", F.array().cast("array<string>")))
-                    )
-                )
-            ).alias("dropped"),
-        )
-        g = gens.select("group_id", F.col("log_offset").alias("g_offset"), "generation", "members")
-        during = (
-            episodes.select("group_id", "episode", "started_offset", "closed_offset")
-            .join(g, "group_id")
-            .filter(
-                F.col("started_offset").isNotNull()
-                & (F.col("g_offset") > F.col("started_offset"))
-                & (F.col("closed_offset").isNull() | (F.col("g_offset") < F.col("closed_offset")))
-            )
-            .groupBy("group_id", "episode")
-            .agg(
-                F.count("*").alias("rebalances"),
-                F.array_sort(F.collect_list("generation")).alias("generations"),
-            )
-        )
-        scale = (
-            episodes.join(during, ["group_id", "episode"], "left")
-            .fillna(0, ["rebalances"])
-            .withColumn("registered", F.size("instances"))
-            .withColumn("joined", F.size(F.array_except("instances", "dropped")))
-            .withColumn(
-                "outcome",
-                F.when(F.col("closed_offset").isNull(), "open")
-                .when(F.size("dropped") == 0, "completed")
-                .when(F.col("joined") == 0, "none_joined")
-                .otherwise("partial"),
-            )
-            .withColumn("duration_ms", F.col("closed_ms") - F.col("expansion_started_ms"))
-        )
-        self.write("scale_ups", scale)
+        self.write("fenced_instances", self._pass_rows("fenced_instances"))
+        self.write("scale_ups", self._pass_rows("scale_ups"))
+        return gens
 
     def _reasons(self, gens: Any) -> None:
         from pyspark.sql import functions as F
@@ -808,7 +499,7 @@ class Audit:
         if self.tables["group_records"] > MAX_SHIPPED_INTERVALS:
             log(f"  more than {MAX_SHIPPED_INTERVALS:,} group records to ship: commits by window")
             return self._commits_by_window(recs, records)
-        table = self._metadata_intervals(records).toArrow().cast(INTERVAL_SCHEMA)
+        table = self._pass_rows("intervals").toArrow().cast(INTERVAL_SCHEMA)
         spread = table.group_by("m_group").aggregate([("m_part", "count_distinct")])
         if (pc.max(spread["m_part_count_distinct"]).as_py() or 0) > 1:
             log("  a group's records in several log partitions: commits by window")
@@ -1068,12 +759,11 @@ class Audit:
 
     # ---- invariants ----------------------------------------------------------------------------
 
-    def _invariants(self, positions: Any, members: Any, records: Any) -> list[dict[str, Any]]:
-        """`positions`: the log positions to group for duplicates (`_positions`)."""
+    def _invariants(self, positions: Any) -> list[dict[str, Any]]:
+        """`positions`: the log positions to group for duplicates (`_positions`). The
+        invariants within one group come from the group pass (pipeline/groups.py)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
-
-        live = records.filter(F.col("kind") != "tombstone")
 
         def v(df: Any, name: str, detail: Any) -> Any:
             return df.select(
@@ -1085,68 +775,16 @@ class Audit:
                 detail.alias("detail"),
             )
 
-        checked: dict[str, Any] = {}
-        found = []
-
-        # generation never decreases
-        checked["generation_never_decreases"] = live.filter(F.col("prev_generation").isNotNull())
-        found.append(
-            v(
-                live.filter(F.col("generation") < F.col("prev_generation")),
-                "generation_never_decreases",
-                F.format_string(
-                    "generation %d follows generation %d (record before at offset %d)",
-                    "generation",
-                    "prev_generation",
-                    "prev_offset",
-                ),
-            )
+        # the rows each checked: the group pass's counts, summed in one job
+        sums = (
+            self._pass_rows("checked")
+            .agg(*(F.sum(name).alias(name) for name in GROUP_INVARIANTS))
+            .first()
         )
-
-        # one owner per partition and generation
-        per_tp = self._owners.groupBy(
-            "group_id", "incarnation", "generation", "topic", "partition"
-        ).agg(
-            F.array_sort(F.collect_set("owner")).alias("owners"),
-            F.min("log_partition").alias("log_partition"),
-            F.min("log_offset").alias("log_offset"),
-        )
-        checked["partition_single_owner"] = per_tp
-        found.append(
-            v(
-                per_tp.filter(F.size("owners") > 1),
-                "partition_single_owner",
-                F.format_string(
-                    "%s-%d owned by %s", "topic", "partition", F.array_join("owners", ", ")
-                ),
-            )
-        )
-
-        # assignments within subscriptions
-        consumer = members.filter(
-            (F.col("protocol_type") == "consumer")
-            & F.col("subscribed").isNotNull()
-            & F.col("assigned").isNotNull()
-        ).withColumn(
-            "extra",
-            F.array_except(
-                F.array_distinct(F.transform("assigned", lambda x: x["topic"])), "subscribed"
-            ),
-        )
-        checked["assignment_within_subscription"] = consumer
-        found.append(
-            v(
-                consumer.filter(F.size("extra") > 0),
-                "assignment_within_subscription",
-                F.format_string(
-                    "member %s (instance %s) assigned %s but subscribed to [%s]",
-                    "member_id",
-                    F.coalesce("instance_id", F.lit("-")),
-                    F.array_join("extra", ", "),
-                    F.array_join("subscribed", ", "),
-                ),
-            )
-        )
+        checked: dict[str, int] = {name: int(sums[name] or 0) for name in GROUP_INVARIANTS}
+        # generation never decreases, one owner per partition and generation, assignments
+        # within subscriptions, the leader is a member, group and registration records decode
+        found = [self._pass_rows("violations")]
 
         # committed offsets never go backwards within a generation (resets excepted)
         checked["offsets_monotonic_within_generation"] = self._commits_checked
@@ -1165,44 +803,7 @@ class Audit:
             )
         )
 
-        # the leader is a member
-        with_members = live.filter(F.col("members") > 0)
-        checked["leader_is_member"] = with_members
-        found.append(
-            v(
-                with_members.filter(~F.col("leader_in_members")),
-                "leader_is_member",
-                F.format_string(
-                    "leader %s is not among the %d members",
-                    F.coalesce("leader", F.lit("null")),
-                    "members",
-                ),
-            )
-        )
-
-        # every record decodes
-        raw_members = self._all_members
-        bad_groups = raw_members.filter(
-            F.col("decode_error").isNotNull() | F.col("protocol_error").isNotNull()
-        ).select(
-            F.lit("records_decode").alias("invariant"),
-            "group_id",
-            F.col("generation").cast("int").alias("generation"),
-            "log_partition",
-            "log_offset",
-            F.concat(
-                F.lit("group metadata: "),
-                F.coalesce(
-                    "decode_error",
-                    F.concat(
-                        F.lit("member "),
-                        F.coalesce("member_id", F.lit("?")),
-                        F.lit(": "),
-                        "protocol_error",
-                    ),
-                ),
-            ).alias("detail"),
-        )
+        # every record decodes (group metadata and registrations: the group pass)
         bad_offsets = self._bad_offsets.select(
             F.lit("records_decode").alias("invariant"),
             "group_id",
@@ -1210,14 +811,6 @@ class Audit:
             "log_partition",
             "log_offset",
             F.lit("offset commit: key or value shorter than its layout").alias("detail"),
-        )
-        bad_regs = self._bad_registrations.select(
-            F.lit("records_decode").alias("invariant"),
-            "group_id",
-            F.lit(None).cast("int").alias("generation"),
-            "log_partition",
-            "log_offset",
-            F.concat(F.lit("static registration: "), "decode_error").alias("detail"),
         )
         unknown = self._others.filter(
             ~F.col("record_type").isin(*(t.value for t in RecordType))
@@ -1230,7 +823,7 @@ class Audit:
             F.format_string("unknown record type %d", "record_type").alias("detail"),
         )
         checked["records_decode"] = self._input_rows
-        found.append(bad_groups.unionByName(bad_offsets).unionByName(bad_regs).unionByName(unknown))
+        found.append(bad_offsets.unionByName(unknown))
 
         # each log position once
         dup = positions.groupBy("log_partition", "log_offset").agg(
@@ -1255,17 +848,7 @@ class Audit:
         for df in found[1:]:
             all_v = all_v.unionByName(df)
         violations = self.write("invariant_violations", all_v)
-        # one job for every "checked" count, one for every invariant's examples
-        counted = None
-        for name, c in checked.items():
-            q = (
-                self.spark.range(1).select(F.lit(c).cast("long").alias("n"))
-                if isinstance(c, int)
-                else c.agg(F.count("*").alias("n"))
-            ).select(F.lit(name).alias("invariant"), "n")
-            counted = q if counted is None else counted.unionByName(q)
-        assert counted is not None
-        n_checked = {r["invariant"]: int(r["n"]) for r in counted.collect()}
+        n_checked = {name: int(c) for name, c in checked.items()}
         first = Window.partitionBy("invariant").orderBy("log_partition", "log_offset")
         examples: dict[str, list[str]] = {}
         n_found: dict[str, int] = {}
@@ -1498,30 +1081,6 @@ def _commit_aggregates() -> list[Any]:
         F.count(F.when(_flagged(), 1)).alias("_flagged"),
     ]
 
-
-_RECORD_COLUMNS = {
-    "group_id",
-    "log_partition",
-    "log_offset",
-    "append_time_ms",
-    "in_history",
-    "tombstone",
-    "decode_error",
-    "value_version",
-    "protocol_type",
-    "generation",
-    "protocol_name",
-    "leader",
-    "leader_instance",
-    "leader_in_members",
-    "state_timestamp_ms",
-    "rebalance_reason",
-    "rebalance_started_ms",
-    "skip_assignment",
-    "members",
-    "static_members",
-    "dynamic_members",
-}
 
 _INVARIANT_SCHEMA = pa.schema(
     [
