@@ -60,6 +60,8 @@ from storage.columns import LOG_COLUMN_NAMES
 SOURCE_RESET = 1
 GROUP_METADATA = RecordType.GROUP_METADATA.value
 STATIC_REGISTRATION = RecordType.STATIC_REGISTRATION.value
+# records other than commits per task of the group pass
+GROUP_TASK_ROWS = 50_000
 GROUP_STAGE = "group pass: records decoded and audited per group (members, generations, ...)"
 # group records whose intervals each commit task receives (about 50 bytes each): past this the
 # commits are sequenced by the window, which broadcasts them the JVM's way
@@ -399,19 +401,20 @@ class Audit:
         )
 
     def _other_records(self, recs: Any) -> Any:
+        """Every record but the offset commits: the one pass's rows of them (already cached),
+        or (`recs` read by Spark) read once and kept for the stages below."""
         from pyspark.sql import functions as F
 
         if self._scan is not None:
-            rest = self._scan.filter(F.col("kind") == RECORD)
+            others = self._scan.filter(F.col("kind") == RECORD).select(
+                *INPUT_COLUMNS, "record_type"
+            )
+            other_rows = self._other_rows  # from the input summary's file: a count is a job
         else:
             rest = recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
-        others = self.persist(
-            rest.select(*INPUT_COLUMNS, "record_type").repartition(
-                max(1, min(4, self.spark.sparkContext.defaultParallelism))
-            )
-        )
-        # after the one pass, from the input summary: a count of `others` is a job of its own
-        other_rows = self._other_rows if self._scan is not None else others.count()
+            others = self.persist(rest.select(*INPUT_COLUMNS, "record_type"))
+            other_rows = others.count()
+            self._other_rows = other_rows
         log(f"  {other_rows:,} records other than offset commits")
         return others
 
@@ -426,8 +429,11 @@ class Audit:
         raw = self._others.filter(
             F.col("record_type").isin(GROUP_METADATA, STATIC_REGISTRATION)
         ).select(*INPUT_COLUMNS, "record_type", group_key().alias("_group"))
-        # each group's records in one task, next to each other
-        by_group = raw.repartition("_group").sortWithinPartitions("_group")
+        # each group's records in one task, next to each other; a task per GROUP_TASK_ROWS
+        # records (tens of thousands of group records are two tasks here, not eight)
+        tasks = self.spark.sparkContext.defaultParallelism
+        tasks = max(2, min(tasks, -(-self._other_rows // GROUP_TASK_ROWS)))
+        by_group = raw.repartition(tasks, "_group").sortWithinPartitions("_group")
         per_group = by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
         return self.persist(per_group, materialize=True)
 
