@@ -62,6 +62,7 @@ GROUP_METADATA = RecordType.GROUP_METADATA.value
 STATIC_REGISTRATION = RecordType.STATIC_REGISTRATION.value
 # records other than commits per task of the group pass
 GROUP_TASK_ROWS = 50_000
+INPUT_SUMMARY_STAGE = "input summary (every record in log + history)"
 GROUP_STAGE = "group pass: records decoded and audited per group (members, generations, ...)"
 # group records whose intervals each commit task receives (about 50 bytes each): past this the
 # commits are sequenced by the window, which broadcasts them the JVM's way
@@ -244,40 +245,37 @@ class Audit:
             if self.arrow_reads:
                 with progress(self.spark, "one pass over every record (counts, offsets seen)"):
                     self._scan = self._scan_records()
-                    input_rows = self._write_input_summary(recs)
-                with progress(self.spark, GROUP_STAGE):
-                    self._others = self._other_records(recs)
-                    self._groups = self._group_pass()
-                    records = self.write("group_records", self._pass_rows("group_records"))
-            else:
-                # the input summary, an aggregate of every record in the JVM, runs beside the
-                # group pass, which starts the Python workers
-                input_summary = self.beside(
-                    "input summary (every record in log + history)",
-                    lambda: self._write_input_summary(recs),
-                )
-                with progress(self.spark, f"reading + {GROUP_STAGE}"):
-                    # every record but the offset commits (the few that need Python to
-                    # decode), read once and kept for the stages below
-                    self._others = self._other_records(recs)
-                    self._groups = self._group_pass()
-                    records = self.write("group_records", self._pass_rows("group_records"))
-                input_rows = input_summary.result()
+            # the input summary (a JVM aggregate: of the one pass's counts, or of every record)
+            # runs beside the group pass, which only the invariants' counts wait for
+            input_summary = self.beside(
+                INPUT_SUMMARY_STAGE, lambda: self._write_input_summary(recs)
+            )
+            with progress(
+                self.spark, GROUP_STAGE if self.arrow_reads else f"reading + {GROUP_STAGE}"
+            ):
+                self._others = self._other_records(recs)
+                self._groups = self._group_pass()
             # The commits (a pass over every commit, both slots busy) and the duplicate check
             # run beside the writes of the group pass's tables, whose small jobs leave a slot
             # idle most of the time; only the invariants and the per-group summary read them
+            records = self._pass_rows("group_records")
             commits = self.beside(
                 "offset commits (generation as of the log, movement)",
                 lambda: self._commit_activity(self._commits(recs, records)),
             )
-            positions = self.beside(
-                "duplicate log positions: offset bitmaps", lambda: self._positions(recs)
-            )
-            with progress(self.spark, "generations, static identity, scale-ups (written)"):
+
+            def positions_seen() -> Any:
+                input_summary.result()  # the offset ranges, which size the bitmaps
+                return self._positions(recs)
+
+            positions = self.beside("duplicate log positions: offset bitmaps", positions_seen)
+            with progress(self.spark, "group records, generations, static identity, scale-ups"):
+                self.write("group_records", records)
                 gens = self._group_tables()
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
             activity = commits.result()
+            input_rows = input_summary.result()
             with progress(self.spark, "invariants"):
                 invariants = self._invariants(positions.result())
             with progress(self.spark, "per-group summary"):
@@ -330,7 +328,7 @@ class Audit:
             ).as_py()
             or 0
         )
-        log(f"  {input_rows:,} records in log + history")
+        log(f"  {input_rows:,} records in log + history, {self._other_rows:,} of them not commits")
         self._input_rows = input_rows
         return input_rows
 
@@ -346,7 +344,9 @@ class Audit:
             ),
             _spark_schema(SCAN_SCHEMA),
         )
-        return self.persist(scan, materialize=True)
+        scan = self.persist(scan)
+        self._scan_rows = scan.count()  # computed now
+        return scan
 
     def _input_summary(self, recs: Any) -> Any:
         """Counts per record type, file and log partition, summed from the one pass's counts
@@ -402,20 +402,16 @@ class Audit:
 
     def _other_records(self, recs: Any) -> Any:
         """Every record but the offset commits: the one pass's rows of them (already cached),
-        or (`recs` read by Spark) read once and kept for the stages below."""
+        or (`recs` read by Spark) read once and kept for the stages below. Sets
+        `_others_bound`, at least their number (the group pass's size)."""
         from pyspark.sql import functions as F
 
         if self._scan is not None:
-            others = self._scan.filter(F.col("kind") == RECORD).select(
-                *INPUT_COLUMNS, "record_type"
-            )
-            other_rows = self._other_rows  # from the input summary's file: a count is a job
-        else:
-            rest = recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
-            others = self.persist(rest.select(*INPUT_COLUMNS, "record_type"))
-            other_rows = others.count()
-            self._other_rows = other_rows
-        log(f"  {other_rows:,} records other than offset commits")
+            self._others_bound = self._scan_rows  # the pass's rows: these and a few per task
+            return self._scan.filter(F.col("kind") == RECORD).select(*INPUT_COLUMNS, "record_type")
+        rest = recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
+        others = self.persist(rest.select(*INPUT_COLUMNS, "record_type"))
+        self._others_bound = others.count()
         return others
 
     # ---- group metadata ---------------------------------------------------------------------
@@ -432,10 +428,13 @@ class Audit:
         # each group's records in one task, next to each other; a task per GROUP_TASK_ROWS
         # records (tens of thousands of group records are two tasks here, not eight)
         tasks = self.spark.sparkContext.defaultParallelism
-        tasks = max(2, min(tasks, -(-self._other_rows // GROUP_TASK_ROWS)))
+        tasks = max(2, min(tasks, -(-self._others_bound // GROUP_TASK_ROWS)))
         by_group = raw.repartition(tasks, "_group").sortWithinPartitions("_group")
-        per_group = by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
-        return self.persist(per_group, materialize=True)
+        per_group = self.persist(
+            by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
+        )
+        self._pass_rows_bound = per_group.count()  # computed now: rows of every output
+        return per_group
 
     def _pass_rows(self, name: str) -> Any:
         """One of the group pass's outputs (pipeline/groups.py OUTPUTS) as a table."""
@@ -502,7 +501,10 @@ class Audit:
         again when the counts say there are some."""
         from pyspark.sql import functions as F
 
-        if self.tables["group_records"] > MAX_SHIPPED_INTERVALS:
+        if (
+            self._pass_rows_bound > MAX_SHIPPED_INTERVALS
+            and self._pass_rows("intervals").count() > MAX_SHIPPED_INTERVALS
+        ):
             log(f"  more than {MAX_SHIPPED_INTERVALS:,} group records to ship: commits by window")
             return self._commits_by_window(recs, records)
         table = self._pass_rows("intervals").toArrow().cast(INTERVAL_SCHEMA)

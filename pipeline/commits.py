@@ -150,9 +150,11 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
     n = batch.num_rows
     # the partition's name is the key after its version: its layout is checked and decoded
     # once per distinct name (the same checks as decode.decode_offset_batch)
-    encoded = pc.binary_slice(batch.column("key").fill_null(b""), 2, 1 << 30).dictionary_encode()
-    code = np.asarray(encoded.indices, np.int64)
-    name_ok, gid, topic, partition = _names(encoded.dictionary)
+    # (the whole keys are encoded, then their names: slicing every key first copied them all)
+    encoded = batch.column("key").fill_null(b"").dictionary_encode()
+    by_name = pc.binary_slice(encoded.dictionary, 2, 1 << 30).dictionary_encode()
+    code = np.asarray(by_name.indices, np.int64)[np.asarray(encoded.indices, np.int64)]
+    name_ok, gid, topic, partition = _names(by_name.dictionary)
     key_ok = name_ok[code]
     vd, vs, vl, live = _binary_parts(batch.column("value"))
     vok = live & (vl >= 18)
@@ -173,7 +175,7 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
     lo = np.asarray(batch.column("log_offset").fill_null(-1), np.int64)
     # each stretch: one name in one log partition, records that do not decode first (they
     # only count as flagged), then log order
-    if len(encoded.dictionary) < 1 << 30 and (n == 0 or (lp.min() >= -1 and lp.max() < 1 << 31)):
+    if len(by_name.dictionary) < 1 << 30 and (n == 0 or (lp.min() >= -1 and lp.max() < 1 << 31)):
         # (name, log partition, decoded) packed in one int64: a sort on two keys, not four
         order = np.lexsort((lo, (code << 33) | ((lp + 1) << 1) | ok))
     else:
@@ -279,7 +281,10 @@ def _distinct_per_segment(seg: Any, values: Any, nseg: int) -> pa.ListArray:
     """The distinct int32 `values` of each of `nseg` segments (`seg`: each value's), sorted."""
     import numpy as np
 
-    pairs = np.unique((seg.astype(np.int64) << 32) | (values.astype(np.int64) & 0xFFFFFFFF))
+    pairs = (seg.astype(np.int64) << 32) | (values.astype(np.int64) & 0xFFFFFFFF)
+    if len(pairs) > 1:  # runs of one pair (a stretch's commits in one generation) once each
+        pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]
+    pairs = np.unique(pairs)
     counts = np.bincount(pairs >> 32, minlength=nseg)
     return pa.ListArray.from_arrays(
         pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
