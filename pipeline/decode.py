@@ -3,9 +3,9 @@
 Offset commits are the bulk of a log and have a fixed layout, so they are decoded by Spark SQL
 expressions on the JVM (no Python round trip). Group metadata and static-registration values
 are nested (members, consumer-protocol subscriptions and assignments): they are decoded by the
-project's own decoders (`app.group.records`, `app.group.consumer_protocol`) in Python workers,
-one Arrow batch at a time (`mapInArrow`), so what the audit reads is exactly what the
-coordinator replays.
+project's own decoders (`app.group.records`, `app.group.consumer_protocol`) in the group pass's
+Python workers (pipeline/groups.py), so what the audit reads is exactly what the coordinator
+replays.
 """
 
 from __future__ import annotations
@@ -193,14 +193,6 @@ _MEMBER_FIELDS = (
 _RECORD_FIELDS = tuple(f.name for f in MEMBER_SCHEMA if f.name not in _MEMBER_FIELDS)
 
 
-def decode_group_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: GROUP_METADATA rows (INPUT_COLUMNS) -> MEMBER_SCHEMA rows."""
-    for batch in batches:
-        if batch.num_rows:
-            cols = decode_group_rows(batch.select(INPUT_COLUMNS).to_pydict())
-            yield pa.RecordBatch.from_pydict(cols, schema=MEMBER_SCHEMA)
-
-
 # ==== static registrations (admin pre-registration of a scale-up) ============================
 
 REGISTRATION_SCHEMA = pa.schema(
@@ -249,13 +241,6 @@ def decode_registration_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]
         for name, col in out.items():
             col.append(row.get(name))
     return out
-
-
-def decode_registration_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        if batch.num_rows:
-            cols = decode_registration_rows(batch.select(INPUT_COLUMNS).to_pydict())
-            yield pa.RecordBatch.from_pydict(cols, schema=REGISTRATION_SCHEMA)
 
 
 # ==== offset commits: vectorised over Arrow buffers ============================================
