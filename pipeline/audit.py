@@ -275,11 +275,12 @@ class Audit:
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
             activity = commits.result()
+            # the per-group summary reads no table of the invariants'
+            summary = self.beside("per-group summary", lambda: self._group_summary(gens, activity))
             input_rows = input_summary.result()
             with progress(self.spark, "invariants"):
                 invariants = self._invariants(positions.result())
-            with progress(self.spark, "per-group summary"):
-                self._group_summary(gens, activity)
+            summary.result()
         except BaseException:
             if not all(f.done() for f in self._beside_stages):
                 self.spark.sparkContext.cancelAllJobs()  # a stage beside this one: stop it
@@ -668,7 +669,12 @@ class Audit:
         the counts found some (none in a healthy log)."""
         from pyspark.sql import functions as F
 
-        flagged_rows = sequenced.filter(_flagged()) if n_flagged else sequenced.limit(0)
+        # cached and computed now: the invariants and the per-group summary read them at once
+        flagged_rows = (
+            self.persist(sequenced.filter(_flagged()), materialize=True)
+            if n_flagged
+            else sequenced.limit(0)
+        )
         self._bad_offsets = flagged_rows.filter(~F.col("ok"))
         self._offset_violations = flagged_rows.filter(F.col("violation"))
 
@@ -767,51 +773,28 @@ class Audit:
 
     # ---- invariants ----------------------------------------------------------------------------
 
-    def _invariants(self, positions: Any) -> list[dict[str, Any]]:
-        """`positions`: the log positions to group for duplicates (`_positions`). The
-        invariants within one group come from the group pass (pipeline/groups.py)."""
-        from pyspark.sql import Window
+    def _group_violations(self) -> Any:
+        """The invariant_violations rows that name a group: the group pass's (generation never
+        decreases, one owner per partition and generation, assignments within subscriptions,
+        the leader is a member, group and registration records decode) and the commits'
+        (offsets never go backwards within a generation, offset commits decode)."""
         from pyspark.sql import functions as F
 
-        def v(df: Any, name: str, detail: Any) -> Any:
-            return df.select(
-                F.lit(name).alias("invariant"),
-                "group_id",
-                F.col("generation").cast("int").alias("generation"),
-                "log_partition",
-                "log_offset",
-                detail.alias("detail"),
-            )
-
-        # the rows each checked: the group pass's counts, summed in one job
-        sums = (
-            self._pass_rows("checked")
-            .agg(*(F.sum(name).alias(name) for name in GROUP_INVARIANTS))
-            .first()
+        offsets = self._offset_violations.select(
+            F.lit("offsets_monotonic_within_generation").alias("invariant"),
+            "group_id",
+            F.col("generation").cast("int").alias("generation"),
+            "log_partition",
+            "log_offset",
+            F.format_string(
+                "%s-%d: offset %d after %d in generation %d",
+                "topic",
+                "partition",
+                "committed_offset",
+                "prev_committed_offset",
+                "generation",
+            ).alias("detail"),
         )
-        checked: dict[str, int] = {name: int(sums[name] or 0) for name in GROUP_INVARIANTS}
-        # generation never decreases, one owner per partition and generation, assignments
-        # within subscriptions, the leader is a member, group and registration records decode
-        found = [self._pass_rows("violations")]
-
-        # committed offsets never go backwards within a generation (resets excepted)
-        checked["offsets_monotonic_within_generation"] = self._commits_checked
-        found.append(
-            v(
-                self._offset_violations,
-                "offsets_monotonic_within_generation",
-                F.format_string(
-                    "%s-%d: offset %d after %d in generation %d",
-                    "topic",
-                    "partition",
-                    "committed_offset",
-                    "prev_committed_offset",
-                    "generation",
-                ),
-            )
-        )
-
-        # every record decodes (group metadata and registrations: the group pass)
         bad_offsets = self._bad_offsets.select(
             F.lit("records_decode").alias("invariant"),
             "group_id",
@@ -820,6 +803,25 @@ class Audit:
             "log_offset",
             F.lit("offset commit: key or value shorter than its layout").alias("detail"),
         )
+        return self._pass_rows("violations").unionByName(offsets).unionByName(bad_offsets)
+
+    def _invariants(self, positions: Any) -> list[dict[str, Any]]:
+        """`positions`: the log positions to group for duplicates (`_positions`). The
+        invariants within one group come from the group pass (pipeline/groups.py)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        # the rows each checked: the group pass's counts, summed in one job
+        sums = (
+            self._pass_rows("checked")
+            .agg(*(F.sum(name).alias(name) for name in GROUP_INVARIANTS))
+            .first()
+        )
+        checked: dict[str, int] = {name: int(sums[name] or 0) for name in GROUP_INVARIANTS}
+        # the violations naming a group: those of the group pass, the commits' (offsets that go
+        # backwards, records that do not decode)
+        found = [self._group_violations()]
+        checked["offsets_monotonic_within_generation"] = self._commits_checked
         unknown = self._others.filter(
             ~F.col("record_type").isin(*(t.value for t in RecordType))
         ).select(
@@ -831,7 +833,7 @@ class Audit:
             F.format_string("unknown record type %d", "record_type").alias("detail"),
         )
         checked["records_decode"] = self._input_rows
-        found.append(bad_offsets.unionByName(unknown))
+        found.append(unknown)
 
         # each log position once
         dup = positions.groupBy("log_partition", "log_offset").agg(
@@ -911,7 +913,7 @@ class Audit:
             "leader_rejoins": t("skip_assignment_rejoins"),
             "fenced_member_ids": t("fenced_instances"),
             "scale_ups": t("scale_ups"),
-            "violations": t("invariant_violations").filter(F.col("group_id").isNotNull()),
+            "violations": self._group_violations().filter(F.col("group_id").isNotNull()),
         }
         rows = tagged(
             gens,
