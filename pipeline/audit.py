@@ -481,9 +481,15 @@ class Audit:
             gens.groupBy(F.coalesce("rebalance_reason", F.lit("(not recorded)")).alias("reason"))
             .agg(
                 F.count("*").alias("rebalances"),
-                F.countDistinct("group_id").alias("groups"),
+                # a set, not countDistinct: a distinct aggregate beside the median made Spark
+                # expand every row (1.2 s of one task for 9k generations, against 0.2)
+                F.size(F.collect_set("group_id")).cast("long").alias("groups"),
                 F.sum("duration_ms").alias("total_duration_ms"),
-                F.expr("percentile_approx(duration_ms, 0.5)").alias("median_duration_ms"),
+                # the exact lower median (percentile_approx's moved with the partitioning: 16 ms
+                # off at 10M); it holds a reason's durations, 8 bytes a generation
+                F.expr("percentile_disc(0.5) WITHIN GROUP (ORDER BY duration_ms)")
+                .cast("long")
+                .alias("median_duration_ms"),
                 F.sum("partitions_moved").alias("partitions_moved"),
                 F.sum(F.col("empty").cast("int")).alias("emptied_group"),
             )

@@ -151,6 +151,12 @@ def test_forced_rebalances_and_reasons(known: Audited) -> None:
     assert reasons["member joined"]["rebalances"] == 8
     assert reasons["admin: rolling config change"]["rebalances"] == 1
     assert reasons["member removed"]["emptied_group"] == 1
+    # the exact lower median of the reason's known durations, and the groups it happened in
+    joined = [r for r in known.rows("generations") if r["rebalance_reason"] == "member joined"]
+    durations = sorted(r["duration_ms"] for r in joined if r["duration_ms"] is not None)
+    assert len(set(durations)) > 2  # a median that means something
+    assert reasons["member joined"]["median_duration_ms"] == durations[(len(durations) - 1) // 2]
+    assert reasons["member joined"]["groups"] == len({r["group_id"] for r in joined})
 
 
 def test_commit_activity_per_partition(known: Audited) -> None:
