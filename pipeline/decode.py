@@ -102,9 +102,10 @@ def _consumer_bytes(
     return subscribed, assigned, "; ".join(errors) or None
 
 
-def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    """Columns of GROUP_METADATA log rows -> columns of MEMBER_SCHEMA."""
-    out: dict[str, list[Any]] = {f.name: [] for f in MEMBER_SCHEMA}
+def decode_group_rows(rows: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Columns of GROUP_METADATA log rows -> MEMBER_SCHEMA rows (every field), one per record
+    and member; a record without members (or that does not decode) has one, member_index -1."""
+    out: list[dict[str, Any]] = []
     base_cols = ("log_partition", "log_offset", "append_time_ms", "in_history")
     n = len(rows["key"])
     # the same subscription and assignment bytes come back record after record (a group's
@@ -115,7 +116,8 @@ def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
         base = {c: rows[c][i] for c in base_cols}
         group_id, key_error = _group_id(rows["key"][i])
         value = rows["value"][i]
-        record: dict[str, Any] = {**base, "group_id": group_id, "tombstone": value is None}
+        record: dict[str, Any] = {**_NO_RECORD, **base, "group_id": group_id}
+        record["tombstone"] = value is None
         member_rows: list[dict[str, Any]] = []
         if key_error is not None:
             record["decode_error"] = key_error
@@ -169,12 +171,8 @@ def decode_group_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
                             "protocol_error": perr,
                         }
                     )
-        # the record's fields repeat on each of its rows, then each row's member fields
-        member_rows = member_rows or [{"member_index": -1}]
-        for name in _RECORD_FIELDS:
-            out[name].extend([record.get(name)] * len(member_rows))
-        for name in _MEMBER_FIELDS:
-            out[name].extend([m.get(name) for m in member_rows])
+        # the record's fields on each of its rows, then the row's member fields
+        out.extend({**record, **m} for m in member_rows or [_NO_MEMBER])
     return out
 
 
@@ -191,6 +189,8 @@ _MEMBER_FIELDS = (
     "protocol_error",
 )
 _RECORD_FIELDS = tuple(f.name for f in MEMBER_SCHEMA if f.name not in _MEMBER_FIELDS)
+_NO_RECORD: dict[str, Any] = dict.fromkeys(_RECORD_FIELDS)
+_NO_MEMBER: dict[str, Any] = {**dict.fromkeys(_MEMBER_FIELDS), "member_index": -1}
 
 
 # ==== static registrations (admin pre-registration of a scale-up) ============================
@@ -212,12 +212,14 @@ REGISTRATION_SCHEMA = pa.schema(
 )
 
 
-def decode_registration_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {f.name: [] for f in REGISTRATION_SCHEMA}
+def decode_registration_rows(rows: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Columns of STATIC_REGISTRATION log rows -> REGISTRATION_SCHEMA rows (every field)."""
+    out: list[dict[str, Any]] = []
     for i in range(len(rows["key"])):
         group_id, error = _group_id(rows["key"][i])
         value = rows["value"][i]
         row: dict[str, Any] = {
+            **_NO_REGISTRATION,
             "group_id": group_id,
             "log_partition": rows["log_partition"][i],
             "log_offset": rows["log_offset"][i],
@@ -238,9 +240,11 @@ def decode_registration_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]
                     expansion_started_ms=v.expansion_started_ms,
                     dropped=list(v.dropped),
                 )
-        for name, col in out.items():
-            col.append(row.get(name))
+        out.append(row)
     return out
+
+
+_NO_REGISTRATION: dict[str, Any] = dict.fromkeys(REGISTRATION_SCHEMA.names)
 
 
 # ==== offset commits: vectorised over Arrow buffers ============================================

@@ -250,8 +250,8 @@ def audit_groups(table: pa.Table) -> pa.Table:
         return {c: [cols[c][i] for i in picked] for c in INPUT_COLUMNS}
 
     out = _Out()
-    members = _rows(decode_group_rows(rows_of(_GROUP_METADATA)))
-    registrations = _rows(decode_registration_rows(rows_of(_STATIC_REGISTRATION)))
+    members = decode_group_rows(rows_of(_GROUP_METADATA))
+    registrations = decode_registration_rows(rows_of(_STATIC_REGISTRATION))
     for m in members:  # every record decodes, consumer-protocol bytes included
         if m["decode_error"] is not None or m["protocol_error"] is not None:
             member = "?" if m["member_id"] is None else m["member_id"]
@@ -298,11 +298,6 @@ class _Out:
             columns.append(pa.concat_arrays(parts))
             before += len(rows)
         return pa.Table.from_arrays(columns, schema=PASS_SCHEMA)
-
-
-def _rows(columns: dict[str, list[Any]]) -> list[Row]:
-    names = list(columns)
-    return [dict(zip(names, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
 def _position(r: Row) -> tuple[Any, ...]:
