@@ -230,6 +230,21 @@ async def _heartbeat_worker(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# seconds from the barrier's setting to the workers' start: spawning, connecting and
+# authenticating a worker's connections took more than 3 s on a busy machine
+WORKER_BARRIER_S = 5.0
+
+
+def _too_late(what: str, results: list[dict[str, Any]], warmup: float) -> None:
+    """A window whose workers began after it started measured the machine, not the node."""
+    late = max(r["late"] for r in results)
+    if late > warmup:
+        raise RuntimeError(
+            f"{what} workers began {late:.1f} s after the barrier, past the start of their "
+            "window: the machine was too busy to measure"
+        )
+
+
 def _heartbeat_window(
     port: int,
     pid: int,
@@ -241,7 +256,7 @@ def _heartbeat_window(
 ) -> hb.Window:
     """heartbeats.measure with this module's worker (the same load protocol, either listener)."""
     procs = min(worker_processes(), conns)
-    start = start_barrier(3.0)  # spawn, connect (and authenticate) before the barrier
+    start = start_barrier(WORKER_BARRIER_S)  # spawn, connect, authenticate before it
     cpu = hb._CpuWindow(pid, start + warmup, start + warmup + window)
     cpu.start()
     base = {"kind": "heartbeats", "port": port, "security": security, "start": start}
@@ -252,6 +267,7 @@ def _heartbeat_window(
         timeout=window + warmup + 120,
     )
     cpu.join(5)
+    _too_late("heartbeat", results, warmup)
     hist: Counter[int] = Counter()
     errors: Counter[int] = Counter()
     for r in results:
@@ -480,9 +496,6 @@ class AuthWindow:
     errors: dict[str, int]
 
 
-AUTH_BARRIER_S = 5.0  # seconds from the barrier's setting to the workers' start
-
-
 def _auth_window(
     target: str,
     port: int,
@@ -497,7 +510,7 @@ def _auth_window(
     # the workers import the client stack before the barrier: under the smoke test's parallel
     # figures (JVMs starting) that took longer than 2 s, and a window that closed before they
     # began counted nothing
-    start = start_barrier(AUTH_BARRIER_S)
+    start = start_barrier(WORKER_BARRIER_S)
     cpu = hb._CpuWindow(pid, start + warmup, start + warmup + window)
     cpu.start()
     args = {
@@ -522,12 +535,7 @@ def _auth_window(
     for r in results:
         hist.update({int(k): v for k, v in r["latency"].items()})
         errors.update(r["errors"])
-    late = max(r["late"] for r in results)
-    if late > warmup:
-        raise RuntimeError(
-            f"{target} authentication workers began {late:.1f} s after the barrier, past the "
-            "start of their window: the machine was too busy to measure"
-        )
+    _too_late(f"{target} authentication", results, warmup)
     return AuthWindow(
         rate=sum(r["ok"] for r in results) / window,
         p50=hb._hist_percentile(hist, 50),
@@ -962,18 +970,21 @@ def run(opts: BenchOptions) -> Figure:
         alive = s.node.running
 
     # ---- the table ----
-    def hb_ratio() -> list[float]:
-        pairs = zip(hb_w["SASL_SSL"], hb_w["PLAINTEXT"], strict=True)
-        return [a.rate / b.rate for a, b in pairs]
-
-    def cm_ratio() -> list[float]:
-        pairs = zip(cm_w["SASL_SSL"], cm_w["PLAINTEXT"], strict=True)
+    def ratio(of: dict[str, list[Any]], what: str) -> list[float]:
+        if not all(b.rate > 0 for b in of["PLAINTEXT"]):
+            # a floor of nothing is no floor: say so rather than divide by it
+            raise RuntimeError(
+                f"the PLAINTEXT {what} floor measured nothing in a window "
+                f"({[b.rate for b in of['PLAINTEXT']]}/s, errors "
+                f"{[b.errors for b in of['PLAINTEXT']]})"
+            )
+        pairs = zip(of["SASL_SSL"], of["PLAINTEXT"], strict=True)
         return [a.rate / b.rate for a, b in pairs]
 
     def med(ws: list[Any], attr: str) -> float:
         return median([getattr(w, attr) for w in ws])
 
-    hb_r, cm_r = median(hb_ratio()), median(cm_ratio())
+    hb_r, cm_r = median(ratio(hb_w, "heartbeat")), median(ratio(cm_w, "commit"))
     if not all(e.rate > 0 for e in auth_w["echo"]):
         # a floor of nothing is no floor: say so rather than divide by it
         raise RuntimeError(

@@ -219,11 +219,11 @@ def audit_group_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Record
     per group cost more than the auditing), and a group that may go on in the next batch waits
     for it. What a worker holds is bounded by FLUSH_ROWS plus the largest group."""
     pending: list[pa.RecordBatch] = []
-    rows = 0
+    rows, threshold = 0, FLUSH_ROWS
     for batch in batches:
         pending.append(batch)
         rows += batch.num_rows
-        if rows < FLUSH_ROWS:
+        if rows < threshold:
             continue
         t = pa.Table.from_batches(pending).combine_chunks()
         last = t["_group"][-1]
@@ -235,6 +235,8 @@ def audit_group_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Record
             yield from audit_groups(done).to_batches()
         kept = t.filter(tail)
         pending, rows = kept.to_batches(), kept.num_rows
+        # a group larger than FLUSH_ROWS is not copied again for every batch it spans
+        threshold = max(FLUSH_ROWS, 2 * rows)
     if rows:
         yield from audit_groups(pa.Table.from_batches(pending)).to_batches()
 
