@@ -92,9 +92,13 @@ def test_consumers_example_forms_a_group_on_demo(tmp_path: Path) -> None:
     finally:
         n.kill()
     assert group["protocol_type"] == "consumer" and group["generation"] >= 1, group
+    # at some point the three held the six partitions between them, each once (when the example
+    # stops, the consumers leave one by one and the last ones may be handed the others' share)
     last: dict[str, str] = {}
+    split = False
     for who, parts in re.findall(r"^\[(consumer-\d)\] assigned (.*)$", out, re.M):
         last[who] = parts
+        held = sorted(p for parts in last.values() for p in parts.split(", "))
+        split |= len(last) == 3 and held == [f"demo:{p}" for p in range(6)]
     assert sorted(last) == ["consumer-1", "consumer-2", "consumer-3"], out
-    held = [p for parts in last.values() for p in parts.split(", ")]
-    assert sorted(held) == [f"demo:{p}" for p in range(6)], out
+    assert split, out
