@@ -44,7 +44,13 @@ from pipeline.commits import (
     prepare_intervals,
 )
 from pipeline.decode import INPUT_COLUMNS, OFFSET_INPUT_COLUMNS, decode_offsets
-from pipeline.groups import GROUP_INVARIANTS, PASS_SCHEMA, audit_group_batches, group_key
+from pipeline.groups import (
+    GROUP_INVARIANTS,
+    PASS_RECORD_TYPES,
+    PASS_SCHEMA,
+    audit_group_batches,
+    group_key,
+)
 from pipeline.scan import (
     BITMAP,
     MAX_BITMAPS_PER_ROW_GROUP,
@@ -58,8 +64,6 @@ from pipeline.spark import log, progress
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
-GROUP_METADATA = RecordType.GROUP_METADATA.value
-STATIC_REGISTRATION = RecordType.STATIC_REGISTRATION.value
 # records other than commits per task of the group pass
 GROUP_TASK_ROWS = 50_000
 INPUT_SUMMARY_STAGE = "input summary (every record in log + history)"
@@ -258,10 +262,9 @@ class Audit:
             # The commits (a pass over every commit, both slots busy) and the duplicate check
             # run beside the writes of the group pass's tables, whose small jobs leave a slot
             # idle most of the time; only the invariants and the per-group summary read them
-            records = self._pass_rows("group_records")
             commits = self.beside(
                 "offset commits (generation as of the log, movement)",
-                lambda: self._commit_activity(self._commits(recs, records)),
+                lambda: self._commit_activity(self._commits(recs)),
             )
 
             def positions_seen() -> Any:
@@ -270,7 +273,7 @@ class Audit:
 
             positions = self.beside("duplicate log positions: offset bitmaps", positions_seen)
             with progress(self.spark, "group records, generations, static identity, scale-ups"):
-                self.write("group_records", records)
+                self.write("group_records", self._pass_rows("group_records"))
                 gens = self._group_tables()
             with progress(self.spark, "forced rebalances and reasons"):
                 self._reasons(gens)
@@ -423,9 +426,8 @@ class Audit:
         call; cached, each table a struct column of its rows."""
         from pyspark.sql import functions as F
 
-        raw = self._others.filter(
-            F.col("record_type").isin(GROUP_METADATA, STATIC_REGISTRATION)
-        ).select(*INPUT_COLUMNS, "record_type", group_key().alias("_group"))
+        raw = self._others.filter(F.col("record_type").isin(*PASS_RECORD_TYPES))
+        raw = raw.select(*INPUT_COLUMNS, "record_type", group_key().alias("_group"))
         # each group's records in one task, next to each other; a task per GROUP_TASK_ROWS
         # records (tens of thousands of group records are two tasks here, not eight)
         tasks = self.spark.sparkContext.defaultParallelism
@@ -498,7 +500,7 @@ class Audit:
 
     # ---- offset commits ------------------------------------------------------------------------
 
-    def _commits(self, recs: Any, records: Any) -> Any:
+    def _commits(self, recs: Any) -> Any:
         """Offset commits: per partition the activity, the count checked for monotonic offsets
         and the rare rows an invariant reports (violations, records that do not decode). The
         10M commits are never cached: one pass folds each batch's stretch of every partition
@@ -513,12 +515,12 @@ class Audit:
             and self._pass_rows("intervals").count() > MAX_SHIPPED_INTERVALS
         ):
             log(f"  more than {MAX_SHIPPED_INTERVALS:,} group records to ship: commits by window")
-            return self._commits_by_window(recs, records)
+            return self._commits_by_window(recs)
         table = self._pass_rows("intervals").toArrow().cast(INTERVAL_SCHEMA)
         spread = table.group_by("m_group").aggregate([("m_part", "count_distinct")])
         if (pc.max(spread["m_part_count_distinct"]).as_py() or 0) > 1:
             log("  a group's records in several log partitions: commits by window")
-            return self._commits_by_window(recs, records)
+            return self._commits_by_window(recs)
         shipped = prepare_intervals(table)
         schema = _spark_schema(PARTIAL_SCHEMA)
         if self.arrow_reads:
@@ -546,38 +548,16 @@ class Audit:
         if counts[2]:
             log(f"  {counts[2]:,} partitions' commits interleave across batches: by window")
             partitions.unpersist()
-            return self._commits_by_window(recs, records)
+            return self._commits_by_window(recs)
         self._commit_partitions = partitions.drop("_interleaved")
         self.commits_by = "partials"
         self._commits_checked = int(counts[1] or 0)
         n_flagged = int(counts[0] or 0)
         keys = ["group_id", "topic", "partition"]
-        self._keep_flagged(
-            self._commit_sequences(self._decoded_commits(recs, records), keys), n_flagged
-        )
+        self._keep_flagged(self._commit_sequences(self._decoded_commits(recs), keys), n_flagged)
         return self._commit_partitions
 
-    @staticmethod
-    def _metadata_intervals(records: Any) -> Any:
-        """Each group record's stretch of the log, [its offset, the group's next record's): the
-        commits in it belong to its generation (a tombstone's: generation -1, the next
-        incarnation)."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        seq = Window.partitionBy("group_id").orderBy("log_partition", "log_offset")
-        return records.select(
-            F.col("group_id").alias("m_group"),
-            F.col("log_partition").alias("m_part"),
-            F.col("log_offset").alias("m_from"),
-            F.lead("log_offset").over(seq).alias("m_to"),
-            F.when(F.col("kind") == "tombstone", F.lit(-1))
-            .otherwise(F.col("generation"))
-            .alias("m_gen"),
-            (F.col("incarnation") + (F.col("kind") == "tombstone").cast("int")).alias("m_inc"),
-        )
-
-    def _decoded_commits(self, recs: Any, records: Any) -> Any:
+    def _decoded_commits(self, recs: Any) -> Any:
         """Every offset commit decoded, with the generation as of the log: the group's latest
         metadata record before it. Metadata records are few: each one's interval is broadcast
         and joined on the group, so the commits are not sorted for this."""
@@ -616,7 +596,9 @@ class Audit:
                 "ok",
             )
         )
-        intervals = self._metadata_intervals(records)
+        # each group record's stretch of the log (the group pass's): the commits in it
+        # belong to its generation (a tombstone's: generation -1, the next incarnation)
+        intervals = self._pass_rows("intervals")
         during = (
             (F.col("group_id") == F.col("m_group"))
             & (F.col("log_partition") == F.col("m_part"))
@@ -630,7 +612,7 @@ class Audit:
             .drop("m_group", "m_part", "m_from", "m_to", "m_gen", "m_inc")
         )
 
-    def _commits_by_window(self, recs: Any, records: Any) -> Any:
+    def _commits_by_window(self, recs: Any) -> Any:
         """The commits' figures from a window over every commit, partitioned by partition.
 
         Records that do not decode (`ok` false) never stand next to a good one: they sort
@@ -642,7 +624,7 @@ class Audit:
         hash), and then the sequences are computed again with the names in the window's keys."""
         from pyspark.sql import functions as F
 
-        commits = self._decoded_commits(recs, records)
+        commits = self._decoded_commits(recs)
         commits = commits.withColumn("_h", _partition_hash("group_id", "topic", "partition"))
         keys = ["_h", "group_id", "topic", "partition"]
 

@@ -212,6 +212,9 @@ REGISTRATION_SCHEMA = pa.schema(
 )
 
 
+_NO_REGISTRATION: dict[str, Any] = dict.fromkeys(REGISTRATION_SCHEMA.names)
+
+
 def decode_registration_rows(rows: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Columns of STATIC_REGISTRATION log rows -> REGISTRATION_SCHEMA rows (every field)."""
     out: list[dict[str, Any]] = []
@@ -242,9 +245,6 @@ def decode_registration_rows(rows: dict[str, list[Any]]) -> list[dict[str, Any]]
                 )
         out.append(row)
     return out
-
-
-_NO_REGISTRATION: dict[str, Any] = dict.fromkeys(REGISTRATION_SCHEMA.names)
 
 
 # ==== offset commits: vectorised over Arrow buffers ============================================

@@ -196,6 +196,7 @@ PASS_SCHEMA = pa.schema([(name, pa.struct(list(s))) for name, s in OUTPUTS.items
 
 _GROUP_METADATA = RecordType.GROUP_METADATA.value
 _STATIC_REGISTRATION = RecordType.STATIC_REGISTRATION.value
+PASS_RECORD_TYPES = (_GROUP_METADATA, _STATIC_REGISTRATION)  # the records the pass reads
 FLUSH_ROWS = 20_000  # records audited at once (whole groups; pipeline/groups.py docstring)
 _MOVE_COUNTS = ("partitions_assigned", "partitions_moved", "partitions_new", "partitions_revoked")
 

@@ -11,12 +11,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from app.group.records import RecordType, group_key
+from app.group.records import group_key
 from pipeline import groups
 from pipeline.decode import INPUT_COLUMNS
 from tests.pipeline.logs import known_log
-
-PER_GROUP = [RecordType.GROUP_METADATA.value, RecordType.STATIC_REGISTRATION.value]
 
 
 def group_records(tmp_path: Path) -> pa.Table:
@@ -25,7 +23,8 @@ def group_records(tmp_path: Path) -> pa.Table:
     parts = []
     for name, in_history in (("log", False), ("history", True)):
         t = pq.read_table(export / f"{name}.parquet")
-        t = t.filter(pc.is_in(t["record_type"], pa.array(PER_GROUP, t["record_type"].type)))
+        types = pa.array(groups.PASS_RECORD_TYPES, t["record_type"].type)
+        t = t.filter(pc.is_in(t["record_type"], types))
         t = t.rename_columns(["log_partition" if c == "partition" else c for c in t.column_names])
         t = t.rename_columns(["log_offset" if c == "offset" else c for c in t.column_names])
         t = t.append_column("in_history", pa.array([in_history] * t.num_rows))
