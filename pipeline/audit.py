@@ -1,9 +1,10 @@
 """The rebalance audit: `coordinator export` Parquet (log + history) -> audit tables.
 
-Every table is computed by Spark and written as Parquet under OUT/tables/<name>; the driver only
-ever sees counts and a handful of example rows. Tables that later stages read are written
-first and read back, which keeps each stage's plan short and is the natural checkpoint on a
-cluster.
+Every table is computed by Spark's tasks and written as Parquet under OUT/tables/<name> (by
+Spark, or, for the group pass's tables and a local OUT, by the tasks that compute them); the
+driver only ever sees counts, the groups' metadata intervals and a handful of example rows.
+Tables that later stages read are written first and read back, which keeps each stage's plan
+short and is the natural checkpoint on a cluster.
 
 How the log answers each question (app/group/records.py):
 - A group's history is its GROUP_METADATA records in log order (one log partition per group).
@@ -23,6 +24,7 @@ How the log answers each question (app/group/records.py):
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -36,9 +38,11 @@ import pyarrow.compute as pc
 
 from app.group.records import RecordType
 from pipeline.commits import (
+    COMBINED_SCHEMA,
     FOLD_ROWS,
     INTERVAL_SCHEMA,
     PARTIAL_SCHEMA,
+    combine_partials,
     partial_batches,
     partial_row_groups,
     prepare_intervals,
@@ -46,11 +50,13 @@ from pipeline.commits import (
 from pipeline.decode import INPUT_COLUMNS, OFFSET_INPUT_COLUMNS, decode_offsets
 from pipeline.groups import (
     GROUP_INVARIANTS,
+    KEPT_SCHEMA,
     PASS_RECORD_TYPES,
     PASS_SCHEMA,
     audit_group_batches,
     group_key,
 )
+from pipeline.groups import TABLES as GROUP_TABLES
 from pipeline.scan import (
     BITMAP,
     MAX_BITMAPS_PER_ROW_GROUP,
@@ -176,8 +182,10 @@ class Audit:
         # a local export is read by the Python workers, row group by row group (pipeline/
         # scan.py); anywhere else by Spark's scan
         self.arrow_reads = _is_local_path(input_dir)
+        # a local OUT gets the group pass's tables from the workers that compute them
+        self.worker_writes = _is_local_path(out_dir)
         self.fold_rows = FOLD_ROWS  # commits folded at once into partials
-        self.merge_partials = True  # a task's partials joined before the JVM joins them all
+        self.merge_partials = True  # a task's partials joined before all are joined
         self.max_bitmaps = MAX_BITMAPS_PER_ROW_GROUP  # offset bitmaps a row group may emit
         self.commits_by = ""  # "partials" or "window": how the commits were sequenced
         self._scan: Any = None
@@ -190,8 +198,12 @@ class Audit:
     def write(self, name: str, df: Any) -> Any:
         """Write a table, read it back (lineage cut), log its row count."""
         df.write.mode("overwrite").parquet(self.path(name))
+        return self._written_table(name, df.schema)
+
+    def _written_table(self, name: str, schema: Any) -> Any:
+        """A table just written, read back, its rows counted and logged."""
         # with the schema just written: reading it from a file footer is a Spark job
-        back = self.spark.read.schema(df.schema).parquet(self.path(name))
+        back = self.spark.read.schema(schema).parquet(self.path(name))
         self._written[name] = back
         rows = _parquet_rows(self.path(name))
         if rows is None:  # not a local directory: ask Spark
@@ -273,9 +285,8 @@ class Audit:
 
             positions = self.beside("duplicate log positions: offset bitmaps", positions_seen)
             with progress(self.spark, "group records, generations, static identity, scale-ups"):
-                self.write("group_records", self._pass_rows("group_records"))
                 gens = self._group_tables()
-            with progress(self.spark, "forced rebalances and reasons"):
+            with progress(self.spark, "rebalance reasons"):
                 self._reasons(gens)
             activity = commits.result()
             # the per-group summary reads no table of the invariants'
@@ -433,9 +444,16 @@ class Audit:
         tasks = self.spark.sparkContext.defaultParallelism
         tasks = max(2, min(tasks, -(-self._others_bound // GROUP_TASK_ROWS)))
         by_group = raw.repartition(tasks, "_group").sortWithinPartitions("_group")
-        per_group = self.persist(
-            by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
-        )
+        if self.worker_writes:  # each task writes its rows of the tables (pipeline/groups.py)
+            tables_dir = self.path("").removeprefix("file://").rstrip("/")
+            for name in GROUP_TABLES:
+                shutil.rmtree(f"{tables_dir}/{name}", ignore_errors=True)
+                Path(tables_dir, name).mkdir(parents=True)
+            audit = partial(audit_group_batches, tables_dir=tables_dir)
+            per_group = by_group.mapInArrow(audit, _spark_schema(KEPT_SCHEMA))
+        else:
+            per_group = by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
+        per_group = self.persist(per_group)
         self._pass_rows_bound = per_group.count()  # computed now: rows of every output
         return per_group
 
@@ -446,38 +464,18 @@ class Audit:
         return self._groups.filter(F.col(name).isNotNull()).select(f"{name}.*")
 
     def _group_tables(self) -> Any:
-        """The group pass's tables after the group records, written: the generations (returned
-        as read back), static identity and scale-ups."""
-        from pyspark.sql import functions as F
-
-        gens = self.write("generations", self._pass_rows("generations"))
-        replaced = self.write("static_replacements", self._pass_rows("static_replacements"))
-        self.write(
-            "skip_assignment_rejoins",
-            replaced.filter(F.col("leader_replaced")).drop("leader_replaced"),
-        )
-        self.write("fenced_instances", self._pass_rows("fenced_instances"))
-        self.write("scale_ups", self._pass_rows("scale_ups"))
-        return gens
+        """The group pass's tables (pipeline/groups.py TABLES), written by its workers or by
+        Spark now; the generations, as read back."""
+        for name, schema in GROUP_TABLES.items():
+            if self.worker_writes:
+                self._written_table(name, _spark_schema(schema))
+            else:
+                self.write(name, self._pass_rows(name))
+        return self._written["generations"]
 
     def _reasons(self, gens: Any) -> None:
         from pyspark.sql import functions as F
 
-        self.write(
-            "forced_rebalances",
-            gens.filter(F.col("forced")).select(
-                "group_id",
-                "generation",
-                F.expr("substring(rebalance_reason, 8)").alias("reason"),
-                "rebalance_started_ms",
-                "rebalance_ended_ms",
-                "duration_ms",
-                "members",
-                "partitions_moved",
-                "log_partition",
-                "log_offset",
-            ),
-        )
         self.write(
             "rebalance_reasons",
             gens.groupBy(F.coalesce("rebalance_reason", F.lit("(not recorded)")).alias("reason"))
@@ -504,10 +502,10 @@ class Audit:
         """Offset commits: per partition the activity, the count checked for monotonic offsets
         and the rare rows an invariant reports (violations, records that do not decode). The
         10M commits are never cached: one pass folds each batch's stretch of every partition
-        into a partial row (pipeline/commits.py) and the JVM joins the partials in log order;
-        the window over every commit (`_commits_by_window`) runs when the partials cannot be
-        joined (a partition's stretches interleave), and only the flagged rows are sequenced
-        again when the counts say there are some."""
+        into a partial row (pipeline/commits.py), the partials are grouped by partition and
+        joined in log order; the window over every commit (`_commits_by_window`) runs when
+        they cannot be joined (a partition's stretches interleave), and only the flagged rows
+        are sequenced again when the counts say there are some."""
         from pyspark.sql import functions as F
 
         if (
@@ -541,7 +539,14 @@ class Audit:
             partials = raw.mapInArrow(
                 partial(partial_batches, intervals=shipped, merge=self.merge_partials), schema
             )
-        partitions = self.persist(_combine_partials(partials))
+        # each partition's partials, whichever tasks folded them, joined by one Python call
+        # (a window and an aggregate in the JVM took 2.2 CPU-s for 105k partials at 10M)
+        by_partition = partials.repartition(
+            self.spark.sparkContext.defaultParallelism, "group_id", "topic", "partition"
+        )
+        partitions = self.persist(
+            by_partition.mapInArrow(combine_partials, _spark_schema(COMBINED_SCHEMA))
+        )
         counts = partitions.agg(
             F.sum("_flagged"), F.sum("_checked"), F.sum("_interleaved"), F.count("*")
         ).first()
@@ -968,72 +973,6 @@ def _partition_hash(*cols: str) -> Any:
     from pyspark.sql import functions as F
 
     return F.xxhash64(*cols)
-
-
-def _combine_partials(partials: Any) -> Any:
-    """Per partition, the partials of its stretches (pipeline/commits.py) joined in log order:
-    the sums, plus the step from each stretch's last commit to the next one's first (a delta
-    across a batch boundary). `_interleaved` counts stretches that start before the one
-    before them ends, or sit in another log partition: then the sums are not the sequence's."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    keys = ["group_id", "topic", "partition"]
-    # stretches without a decoded commit (null first_lo) sort first and step from nothing
-    w = Window.partitionBy(*keys).orderBy("first_lo")
-    c = F.col
-
-    def prev(name: str) -> Any:
-        return F.lag(name).over(w)
-
-    p = partials.select(
-        "*",
-        prev("last_lo").alias("p_lo"),
-        prev("log_partition").alias("p_lp"),
-        prev("last_tombstone").alias("p_tombstone"),
-        prev("last_co").alias("p_co"),
-        prev("last_gen").alias("p_gen"),
-        prev("last_inc").alias("p_inc"),
-    )
-    step = c("p_tombstone").isNotNull() & ~c("p_tombstone") & ~c("first_tombstone")
-    delta = F.when(step, c("first_co") - c("p_co"))
-    step_violation = (
-        step
-        & (delta < 0)
-        & (c("first_source") != SOURCE_RESET)
-        & (c("first_gen") == c("p_gen"))
-        & (c("first_inc") == c("p_inc"))
-    )
-    interleaved = c("p_lo").isNotNull() & (
-        (c("p_lo") >= c("first_lo")) | (c("p_lp") != c("log_partition"))
-    )
-
-    def total(col: str, extra: Any) -> Any:
-        return (F.sum(col) + F.coalesce(F.sum(extra), F.lit(0))).alias(col)
-
-    return p.groupBy(*keys).agg(
-        F.sum("commits").alias("commits"),
-        F.sum("member_commits").alias("member_commits"),
-        F.sum("resets").alias("resets"),
-        F.sum("tombstones").alias("tombstones"),
-        F.min("first_commit_ms").alias("first_commit_ms"),
-        F.max("last_commit_ms").alias("last_commit_ms"),
-        F.min_by("live_first_co", "live_first_lo").alias("first_offset"),
-        F.max_by("live_last_co", "live_last_lo").alias("last_offset"),
-        F.min("min_offset").alias("min_offset"),
-        F.max("max_offset").alias("max_offset"),
-        total("offset_advance", F.when(delta > 0, delta)),
-        total("offset_rewound", F.when(delta < 0, -delta)),
-        total("regressions", (delta < 0).cast("long")),
-        total("violations", step_violation.cast("long")),
-        F.size(F.array_distinct(F.flatten(F.collect_list("generations"))))
-        .cast("long")
-        .alias("generations"),
-        F.sum("decoded").alias("_decoded"),
-        total("checked", step.cast("long")).alias("_checked"),
-        total("flagged", step_violation.cast("long")).alias("_flagged"),
-        F.sum(interleaved.cast("long")).alias("_interleaved"),
-    )
 
 
 def _flagged() -> Any:

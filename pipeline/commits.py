@@ -5,9 +5,10 @@ violations) are a sequence per committed partition in log order. A log exported 
 `coordinator export` is in log order within each file, so each Arrow batch of commits holds a
 contiguous stretch of the log: a batch is decoded, its rows sorted by partition and position
 (numpy, on the batch alone), and each partition's stretch folded into one *partial* row with
-its sums and the first and last commit of the stretch. The JVM then joins each partial to the
-one before it in the partition's log order (the delta across a batch boundary) and sums.
-That holds when a partition's stretches do not interleave: `combine` reports when they do
+its sums and the first and last commit of the stretch. The partials are then grouped by
+partition and each joined to the one before it in the partition's log order (the delta
+across a batch boundary) and summed (`combine_partials`, numpy again).
+That holds when a partition's stretches do not interleave: the join reports when they do
 (or when a partition's commits sit in two log partitions, or a group's metadata does), and
 the audit then runs the window over every commit instead.
 
@@ -30,6 +31,8 @@ SOURCE_RESET = 1
 # with 400k (370 MiB at 100k, 700 MiB at 1M: the row groups, keys and values, a dozen numpy
 # columns); larger folds leave fewer partials to join (2M: 2-3 s less at 10M on local[2])
 FOLD_ROWS = 400_000
+# the input columns the fold reads (scan.READ_COLUMNS' names)
+FOLD_COLUMNS = ["partition", "offset", "record_type", "key", "value"]
 
 # the groups' metadata intervals each task receives: [m_from, m_to) of one group's log
 INTERVAL_SCHEMA = pa.schema(
@@ -142,9 +145,14 @@ def prepare_intervals(intervals: pa.Table) -> pa.Table:
     return t.append_column("g", pc.index_in(t["m_group"], value_set=groups).cast(pa.int64()))
 
 
-def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
+def partial_batch(
+    batch: pa.RecordBatch, intervals: pa.Table, record_type: int | None = None
+) -> pa.RecordBatch:
     """OFFSET_COMMIT rows (OFFSET_INPUT_COLUMNS) -> PARTIAL_SCHEMA rows, one per committed
-    partition and log partition in the batch."""
+    partition and log partition in the batch. With `record_type` the batch holds records of
+    any type (and a `record_type` column) and only that type's are folded: the others are
+    left out of the sort, where filtering them first copied every key and value (a third of
+    the fold's time, for the few records in a thousand that are not commits)."""
     import numpy as np
 
     n = batch.num_rows
@@ -180,6 +188,12 @@ def partial_batch(batch: pa.RecordBatch, intervals: pa.Table) -> pa.RecordBatch:
         order = np.lexsort((lo, (code << 33) | ((lp + 1) << 1) | ok))
     else:
         order = np.lexsort((lo, ok, lp, code))
+    if record_type is not None:
+        kept = np.asarray(pc.equal(batch.column("record_type"), record_type).fill_null(False))
+        order = order[kept[order]]
+        n = len(order)
+        if not n:  # none of that type
+            return pa.RecordBatch.from_pylist([], schema=PARTIAL_SCHEMA)
     code, lp, lo, ok, tomb = code[order], lp[order], lo[order], ok[order], tomb[order]
     co, ts, source = co[order], ts[order], source[order]
     live = ~tomb
@@ -318,18 +332,48 @@ def _names(names: pa.Array) -> tuple[Any, pa.Array, pa.Array, pa.Array]:
     )
 
 
-def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
-    """A task's partials (PARTIAL_SCHEMA, of any of its batches, in any order) joined per
-    committed partition and log partition as the JVM joins them (`audit._combine_partials`):
+# per committed partition, its stretches joined (`combine_partials`): audit.py's per-partition
+# columns, and `_interleaved`, the stretches that could not be joined end to end
+COMBINED_SCHEMA = pa.schema(
+    [
+        ("group_id", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("commits", pa.int64()),
+        ("member_commits", pa.int64()),
+        ("resets", pa.int64()),
+        ("tombstones", pa.int64()),
+        ("first_commit_ms", pa.int64()),
+        ("last_commit_ms", pa.int64()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("offset_advance", pa.int64()),
+        ("offset_rewound", pa.int64()),
+        ("regressions", pa.int64()),
+        ("violations", pa.int64()),
+        ("generations", pa.int64()),
+        ("_decoded", pa.int64()),
+        ("_checked", pa.int64()),
+        ("_flagged", pa.int64()),
+        ("_interleaved", pa.int64()),
+    ]
+)
+
+_PARTITION_KEYS = ["group_id", "topic", "partition"]
+
+
+def _join_stretches(
+    partials: list[pa.RecordBatch], keys: list[str]
+) -> tuple[dict[str, Any], Any, pa.Table, Any]:
+    """Partials (PARTIAL_SCHEMA, in any order) joined per `keys` in log order (`first_lo`):
     the sums, and the step from each stretch's last decoded commit to the next one's first.
-    The JVM then joins one partial per partition and task instead of one per batch (161k
-    partials -> 105k at 10M records). A partition whose stretches interleave here keeps them
-    all, so the JVM finds them; merged stretches only grow, so no interleaving is hidden."""
+    Returns PARTIAL_SCHEMA's columns per key, the stretches of each key that start before the
+    one before them ends or sit in another log partition (then the sums are not the
+    sequence's), the partials sorted, and each one's key."""
     import numpy as np
 
-    if len(partials) == 1:  # one batch: one partial per partition already
-        return partials[0]
-    keys = ["group_id", "topic", "partition", "log_partition"]
     t = pa.Table.from_batches(partials, PARTIAL_SCHEMA)
     order = pc.sort_indices(
         t, [(k, "ascending") for k in [*keys, "first_lo"]], null_placement="at_start"
@@ -337,10 +381,9 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
     t = t.take(order).combine_chunks()
     cols = {name: t.column(name).combine_chunks() for name in t.column_names}
     n = t.num_rows
-    if not n:
-        return partials[0]
     new = np.zeros(n, bool)
-    new[0] = True
+    if n:
+        new[0] = True
     for k in keys:
         col = cols[k]
         new[1:] |= np.asarray(pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True))
@@ -359,13 +402,13 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
     # each partial with the one before it in its partition, both with a decoded commit
     pair = np.zeros(n, bool)
     pair[1:] = (seg[1:] == seg[:-1]) & has[1:] & has[:-1]
-    first_lo, last_lo = arr("first_lo"), arr("last_lo")
-    prev_last_lo = np.concatenate([[0], last_lo[:-1]])
-    interleaved = np.zeros(nseg, bool)
-    np.logical_or.at(interleaved, seg[pair & (prev_last_lo >= first_lo)], True)
 
     def prev(values: Any) -> Any:
         return np.concatenate([values[:1], values[:-1]])
+
+    lp = arr("log_partition", -1)
+    apart = pair & ((prev(arr("last_lo")) >= arr("first_lo")) | (prev(lp) != lp))
+    interleaved = np.bincount(seg[apart], minlength=nseg)
 
     last_tomb = arr("last_tombstone", True)
     first_tomb = arr("first_tombstone", True)
@@ -397,16 +440,22 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
         r = fn.reduceat(np.where(valid(name), arr(name), empty), starts)
         return pa.array(r, pa.int64(), mask=r == empty)
 
-    f_row, f_ok = pick(has, last=False)
-    l_row, l_ok = pick(has, last=True)
-    lf_row, lf_ok = pick(valid("live_first_lo"), last=False)
-    ll_row, ll_ok = pick(valid("live_last_lo"), last=True)
+    if not n:
+        return (
+            {
+                name: pa.nulls(0, f.type)
+                for name, f in zip(PARTIAL_SCHEMA.names, PARTIAL_SCHEMA, strict=True)
+            },
+            interleaved,
+            t,
+            seg,
+        )
     # the distinct generations of each partition's partials
     gens = cols["generations"]
     lengths = np.asarray(pc.list_value_length(gens).fill_null(0))
     flat = np.asarray(pc.list_flatten(gens), np.int64)
-    merged = {
-        **{k: cols[k].take(pa.array(starts)) for k in keys},
+    joined: dict[str, Any] = {
+        **{k: cols[k].take(pa.array(starts)) for k in [*keys, "log_partition"]},
         "decoded": total("decoded"),
         "commits": total("commits"),
         "member_commits": total("member_commits"),
@@ -426,19 +475,55 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
     }
     # the rest are a stretch's first or last (live) commit: the value of its row
     rows_of = {
-        "first": (f_row, f_ok),
-        "last": (l_row, l_ok),
-        "live_first": (lf_row, lf_ok),
-        "live_last": (ll_row, ll_ok),
+        "first": pick(has, last=False),
+        "last": pick(has, last=True),
+        "live_first": pick(valid("live_first_lo"), last=False),
+        "live_last": pick(valid("live_last_lo"), last=True),
     }
     for name in PARTIAL_SCHEMA.names:
-        if name not in merged:
-            merged[name] = take(name, *rows_of[name.rsplit("_", 1)[0]])
-    joined = pa.Table.from_arrays(
-        [pa.array(merged[f.name], f.type) for f in PARTIAL_SCHEMA], schema=PARTIAL_SCHEMA
-    ).filter(pa.array(~interleaved))
-    kept = t.filter(pa.array(interleaved[seg]))
-    return pa.concat_tables([joined, kept]).combine_chunks().to_batches()[0]
+        if name not in joined:
+            joined[name] = take(name, *rows_of[name.rsplit("_", 1)[0]])
+    return joined, interleaved, t, seg
+
+
+def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """A task's partials (PARTIAL_SCHEMA, of any of its batches, in any order) joined per
+    committed partition and log partition as `combine_partials` joins them, so that it joins
+    one partial per partition and task instead of one per batch (161k partials -> 105k at 10M
+    records). A partition whose stretches interleave here keeps them all, so that the
+    combine finds them; merged stretches only grow, so no interleaving is hidden."""
+    if len(partials) == 1:  # one batch: one partial per partition already
+        return partials[0]
+    joined, interleaved, t, seg = _join_stretches(partials, [*_PARTITION_KEYS, "log_partition"])
+    apart = interleaved > 0
+    merged = pa.Table.from_arrays(
+        [pa.array(joined[f.name], f.type) for f in PARTIAL_SCHEMA], schema=PARTIAL_SCHEMA
+    ).filter(pa.array(~apart))
+    kept = t.filter(pa.array(apart[seg]))
+    return pa.concat_tables([merged, kept]).combine_chunks().to_batches()[0]
+
+
+def combine_partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the partials of a set of committed partitions (all of each one's,
+    whichever task folded them) -> COMBINED_SCHEMA, one row per partition."""
+    import numpy as np
+
+    partials = [b for b in batches if b.num_rows]
+    if not partials:
+        return
+    joined, interleaved, _, _ = _join_stretches(partials, _PARTITION_KEYS)
+    joined |= {
+        "first_offset": joined["live_first_co"],
+        "last_offset": joined["live_last_co"],
+        "generations": pc.list_value_length(joined["generations"]).cast(pa.int64()),
+        "_decoded": joined["decoded"],
+        "_checked": joined["checked"],
+        "_flagged": joined["flagged"],
+        "_interleaved": interleaved.astype(np.int64),
+    }
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(joined[f.name], f.type) for f in COMBINED_SCHEMA], schema=COMBINED_SCHEMA
+    )
 
 
 def partial_batches(
@@ -470,20 +555,20 @@ def partial_row_groups(
     pending: list[pa.Table] = []
     folded: list[pa.RecordBatch] = []
     rows = 0
-    for t, _ in read_row_groups(tasks):
-        t = t.filter(pc.equal(t["record_type"], record_type))
+    for t, _ in read_row_groups(tasks, FOLD_COLUMNS):
         pending.append(t)
         rows += t.num_rows
         if rows >= fold_rows:
-            folded.append(_fold(pending, intervals))
+            folded.append(_fold(pending, intervals, record_type))
             pending, rows = [], 0
     if rows:
-        folded.append(_fold(pending, intervals))
+        folded.append(_fold(pending, intervals, record_type))
     if merge and folded:
         yield merge_partials(folded)
     else:
         yield from folded
 
 
-def _fold(tables: list[pa.Table], intervals: pa.Table) -> pa.RecordBatch:
-    return partial_batch(pa.concat_tables(tables).combine_chunks().to_batches()[0], intervals)
+def _fold(tables: list[pa.Table], intervals: pa.Table, record_type: int) -> pa.RecordBatch:
+    batch = pa.concat_tables(tables).combine_chunks().to_batches()[0]
+    return partial_batch(batch, intervals, record_type)

@@ -300,12 +300,11 @@ def _be(data: Any, pos: Any, nbytes: int, ok: Any) -> Any:
     import numpy as np
 
     p = np.where(ok, pos, 0)
-    # every window of nbytes in the data, as rows: one row gathered per value, read as a
-    # big-endian word (data ends with _PAD zero bytes, so a window never runs past it)
-    windows = np.lib.stride_tricks.as_strided(
-        data, (max(len(data) - nbytes + 1, 0), nbytes), (1, 1), writeable=False
-    )
-    v = windows[p].view(f">u{nbytes}").reshape(-1).astype(np.uint64)
+    # the big-endian word at every byte of the data, one word gathered per value (a third
+    # faster than gathering rows of bytes); data ends with _PAD zero bytes, so a word never
+    # runs past it
+    words = np.ndarray((max(len(data) - nbytes + 1, 0),), f">u{nbytes}", data, 0, (1,))
+    v = words[p].astype(np.uint64)
     return np.where(ok, v, np.uint64(0))  # not the bytes at the start of the batch
 
 

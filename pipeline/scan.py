@@ -77,8 +77,12 @@ def row_group_tasks(paths: dict[str, bool]) -> pa.Table:
     )
 
 
-def read_row_groups(tasks: Iterator[pa.RecordBatch]) -> Iterator[tuple[pa.Table, bool]]:
-    """Each task's row group, its columns named as the audit names them (`read_log`)."""
+def read_row_groups(
+    tasks: Iterator[pa.RecordBatch], columns: list[str] = READ_COLUMNS
+) -> Iterator[tuple[pa.Table, bool]]:
+    """Each task's row group (`columns` of READ_COLUMNS, in that order), named as the audit
+    names them (`read_log`)."""
+    names = {"partition": "log_partition", "offset": "log_offset"}
     import pyarrow.parquet as pq
 
     files: dict[str, Any] = {}  # a task's row groups are mostly in one file: opened once
@@ -91,11 +95,9 @@ def read_row_groups(tasks: Iterator[pa.RecordBatch]) -> Iterator[tuple[pa.Table,
         ):
             if path not in files:
                 files = {path: pq.ParquetFile(path)}
-            t = files[path].read_row_group(group, columns=READ_COLUMNS)
+            t = files[path].read_row_group(group, columns=columns)
             yield (
-                t.rename_columns(
-                    ["log_partition", "log_offset", *READ_COLUMNS[2:]]
-                ).combine_chunks(),
+                t.rename_columns([names.get(c, c) for c in columns]).combine_chunks(),
                 bool(in_history),
             )
 

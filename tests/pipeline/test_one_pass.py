@@ -1,7 +1,9 @@
 """The audit reads a local export in the Python workers (pipeline/scan.py: counts, offset
 bitmaps and the records other than commits in one pass; pipeline/commits.py: the commits
-folded per batch into partials joined in log order by the JVM). Whatever the batches, its
-tables are the ones of the reference path: Spark's own scan and the window over every commit.
+folded per batch into partials, grouped by partition and joined in log order) and has the
+group pass's workers write its tables to a local OUT. Whatever the batches, its tables are
+the ones of the reference path: Spark's own scan, the window over every commit and Spark's
+writes of every table.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ References = Callable[[str, Callable[[Path], Path]], Reference]
 
 
 def reference(spark: Any, export: Path, out: Path) -> Reference:
-    """Spark's scan and the window over every commit: the result and every table."""
+    """Spark's scan, the window over every commit and Spark's writes: the result and every
+    table."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(Audit, "_commits", Audit._commits_by_window)
-        a, result = run(spark, export, out, arrow_reads=False)
+        a, result = run(spark, export, out, arrow_reads=False, worker_writes=False)
     assert a.commits_by == "window"
     return result, tables(spark, out)
 
@@ -197,3 +200,18 @@ def test_offsets_too_spread_for_bitmaps_group_every_position(
         spark, export, tmp_path, "window", known(references, True), max_bitmaps=0, fold_rows=1
     )
     assert violations(result)["unique_log_positions"] == 1
+
+
+def test_tables_written_by_the_workers_replace_any_earlier_audit(
+    spark: Any, tmp_path: Path, references: References
+) -> None:
+    # an OUT that already holds an audit of another log, written by Spark (files of other
+    # names): the group pass's workers leave only their own files in each table
+    ref = known(references, False)
+    earlier = history_of_commits(tmp_path / "earlier")
+    run(spark, earlier, tmp_path / "out", worker_writes=False)
+    export = known_log(tmp_path / "export", duplicate=False)
+    a, result = run(spark, export, tmp_path / "out")
+    assert a.worker_writes
+    assert result.tables == ref[0].tables
+    assert tables(spark, tmp_path / "out") == ref[1]
