@@ -24,7 +24,6 @@ How the log answers each question (app/group/records.py):
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -37,7 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.group.records import RecordType
+from pipeline import written
 from pipeline.commits import (
+    ACTIVITY_SCHEMA,
+    COMBINE_COUNTS_SCHEMA,
     COMBINED_SCHEMA,
     FOLD_ROWS,
     INTERVAL_SCHEMA,
@@ -195,6 +197,11 @@ class Audit:
     def path(self, name: str) -> str:
         return f"{self.out}/tables/{name}"
 
+    @property
+    def tables_dir(self) -> str:
+        """OUT/tables as a local path, where the tasks write tables (`worker_writes`)."""
+        return self.path("").removeprefix("file://").rstrip("/")
+
     def write(self, name: str, df: Any) -> Any:
         """Write a table, read it back (lineage cut), log its row count."""
         df.write.mode("overwrite").parquet(self.path(name))
@@ -276,7 +283,7 @@ class Audit:
             # idle most of the time; only the invariants and the per-group summary read them
             commits = self.beside(
                 "offset commits (generation as of the log, movement)",
-                lambda: self._commit_activity(self._commits(recs)),
+                lambda: self._commits(recs),
             )
 
             def positions_seen() -> Any:
@@ -445,11 +452,8 @@ class Audit:
         tasks = max(2, min(tasks, -(-self._others_bound // GROUP_TASK_ROWS)))
         by_group = raw.repartition(tasks, "_group").sortWithinPartitions("_group")
         if self.worker_writes:  # each task writes its rows of the tables (pipeline/groups.py)
-            tables_dir = self.path("").removeprefix("file://").rstrip("/")
-            for name in GROUP_TABLES:
-                shutil.rmtree(f"{tables_dir}/{name}", ignore_errors=True)
-                Path(tables_dir, name).mkdir(parents=True)
-            audit = partial(audit_group_batches, tables_dir=tables_dir)
+            written.prepare(self.tables_dir, list(GROUP_TABLES))
+            audit = partial(audit_group_batches, tables_dir=self.tables_dir)
             per_group = by_group.mapInArrow(audit, _spark_schema(KEPT_SCHEMA))
         else:
             per_group = by_group.mapInArrow(audit_group_batches, _spark_schema(PASS_SCHEMA))
@@ -505,7 +509,8 @@ class Audit:
         into a partial row (pipeline/commits.py), the partials are grouped by partition and
         joined in log order; the window over every commit (`_commits_by_window`) runs when
         they cannot be joined (a partition's stretches interleave), and only the flagged rows
-        are sequenced again when the counts say there are some."""
+        are sequenced again when the counts say there are some. Returns commit_activity as
+        written (by the joining tasks themselves to a local OUT) and read back."""
         from pyspark.sql import functions as F
 
         if (
@@ -544,23 +549,30 @@ class Audit:
         by_partition = partials.repartition(
             self.spark.sparkContext.defaultParallelism, "group_id", "topic", "partition"
         )
-        partitions = self.persist(
-            by_partition.mapInArrow(combine_partials, _spark_schema(COMBINED_SCHEMA))
-        )
-        counts = partitions.agg(
-            F.sum("_flagged"), F.sum("_checked"), F.sum("_interleaved"), F.count("*")
-        ).first()
+        if self.worker_writes:  # each task writes its rows of commit_activity, returns counts
+            written.prepare(self.tables_dir, ["commit_activity"])
+            combine = partial(combine_partials, tables_dir=self.tables_dir)
+            per_task = by_partition.mapInArrow(combine, _spark_schema(COMBINE_COUNTS_SCHEMA))
+            sums = per_task.toArrow()
+            counts = [int(pc.sum(sums[c]).as_py() or 0) for c in COMBINE_COUNTS_SCHEMA.names]
+        else:
+            partitions = self.persist(
+                by_partition.mapInArrow(combine_partials, _spark_schema(COMBINED_SCHEMA))
+            )
+            counts = partitions.agg(F.sum("_flagged"), F.sum("_checked"), F.sum("_interleaved"))
+            counts = [int(c or 0) for c in counts.first()]
         if counts[2]:
             log(f"  {counts[2]:,} partitions' commits interleave across batches: by window")
-            partitions.unpersist()
+            if not self.worker_writes:
+                partitions.unpersist()
             return self._commits_by_window(recs)
-        self._commit_partitions = partitions.drop("_interleaved")
         self.commits_by = "partials"
-        self._commits_checked = int(counts[1] or 0)
-        n_flagged = int(counts[0] or 0)
+        self._commits_checked = counts[1]
         keys = ["group_id", "topic", "partition"]
-        self._keep_flagged(self._commit_sequences(self._decoded_commits(recs), keys), n_flagged)
-        return self._commit_partitions
+        self._keep_flagged(self._commit_sequences(self._decoded_commits(recs), keys), counts[0])
+        if self.worker_writes:
+            return self._written_table("commit_activity", _spark_schema(ACTIVITY_SCHEMA))
+        return self._commit_activity(partitions.drop("_interleaved"))
 
     def _decoded_commits(self, recs: Any) -> Any:
         """Every offset commit decoded, with the generation as of the log: the group's latest
@@ -650,12 +662,11 @@ class Audit:
             window_keys = keys
             partitions = per_partition(window_keys)
             counts = partitions.agg(F.sum("_flagged"), F.sum("_checked")).first()
-        self._commit_partitions = partitions.drop("_h")
         self.commits_by = "window"
         n_flagged = int(counts[0] or 0)
         self._commits_checked = int(counts[1] or 0)
         self._keep_flagged(self._commit_sequences(commits, window_keys), n_flagged)
-        return self._commit_partitions
+        return self._commit_activity(partitions.drop("_h"))
 
     def _keep_flagged(self, sequenced: Any, n_flagged: int) -> None:
         """The rows an invariant reports, from the sequenced commits: read again only when

@@ -362,6 +362,12 @@ COMBINED_SCHEMA = pa.schema(
 )
 
 _PARTITION_KEYS = ["group_id", "topic", "partition"]
+# the commit_activity table: the partitions with a decoded commit, without the counts
+ACTIVITY_SCHEMA = pa.schema([f for f in COMBINED_SCHEMA if not f.name.startswith("_")])
+# what a task of `combine_partials` returns when it writes commit_activity itself
+COMBINE_COUNTS_SCHEMA = pa.schema(
+    [("_flagged", pa.int64()), ("_checked", pa.int64()), ("_interleaved", pa.int64())]
+)
 
 
 def _join_stretches(
@@ -503,26 +509,46 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pa.concat_tables([merged, kept]).combine_chunks().to_batches()[0]
 
 
-def combine_partials(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def combine_partials(
+    batches: Iterator[pa.RecordBatch], tables_dir: str | None = None
+) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: the partials of a set of committed partitions (all of each one's,
-    whichever task folded them) -> COMBINED_SCHEMA, one row per partition."""
+    whichever task folded them) -> COMBINED_SCHEMA, one row per partition. With `tables_dir`
+    (a local directory: pipeline/written.py) the task writes its rows of commit_activity
+    there itself and returns one COMBINE_COUNTS_SCHEMA row."""
     import numpy as np
 
     partials = [b for b in batches if b.num_rows]
-    if not partials:
+    combined = pa.RecordBatch.from_pylist([], schema=COMBINED_SCHEMA)
+    if partials:
+        joined, interleaved, _, _ = _join_stretches(partials, _PARTITION_KEYS)
+        joined |= {
+            "first_offset": joined["live_first_co"],
+            "last_offset": joined["live_last_co"],
+            "generations": pc.list_value_length(joined["generations"]).cast(pa.int64()),
+            "_decoded": joined["decoded"],
+            "_checked": joined["checked"],
+            "_flagged": joined["flagged"],
+            "_interleaved": interleaved.astype(np.int64),
+        }
+        combined = pa.RecordBatch.from_arrays(
+            [pa.array(joined[f.name], f.type) for f in COMBINED_SCHEMA], schema=COMBINED_SCHEMA
+        )
+    if tables_dir is None:
+        if combined.num_rows:
+            yield combined
         return
-    joined, interleaved, _, _ = _join_stretches(partials, _PARTITION_KEYS)
-    joined |= {
-        "first_offset": joined["live_first_co"],
-        "last_offset": joined["live_last_co"],
-        "generations": pc.list_value_length(joined["generations"]).cast(pa.int64()),
-        "_decoded": joined["decoded"],
-        "_checked": joined["checked"],
-        "_flagged": joined["flagged"],
-        "_interleaved": interleaved.astype(np.int64),
-    }
-    yield pa.RecordBatch.from_arrays(
-        [pa.array(joined[f.name], f.type) for f in COMBINED_SCHEMA], schema=COMBINED_SCHEMA
+    from pipeline.written import TaskTables
+
+    files = TaskTables(tables_dir, {"commit_activity": ACTIVITY_SCHEMA})
+    try:
+        activity = combined.filter(pc.greater(combined["_decoded"], 0))
+        files.write("commit_activity", activity.select(ACTIVITY_SCHEMA.names))
+    finally:
+        files.close()
+    yield pa.RecordBatch.from_pylist(
+        [{name: int(pc.sum(combined[name]).as_py() or 0) for name in COMBINE_COUNTS_SCHEMA.names}],
+        schema=COMBINE_COUNTS_SCHEMA,
     )
 
 

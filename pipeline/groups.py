@@ -257,14 +257,14 @@ def audit_group_batches(
     if tables_dir is None:
         yield from _audited(batches)
         return
-    from pyspark import TaskContext
+    from pipeline.written import TaskTables
 
-    context = TaskContext.get()
-    task = context.partitionId() if context is not None else 0
-    files = _TableFiles(tables_dir, task)
+    files = TaskTables(tables_dir, TABLES)
     try:
         for batch in _audited(batches):
-            files.write(batch)
+            for name in TABLES:
+                col = batch.column(name)
+                files.write(name, pa.RecordBatch.from_struct_array(col.filter(pc.is_valid(col))))
             kept = batch.select(KEPT_SCHEMA.names)
             has = pc.or_(pc.or_(pc.is_valid(kept[0]), pc.is_valid(kept[1])), pc.is_valid(kept[2]))
             kept = kept.filter(has)
@@ -272,31 +272,6 @@ def audit_group_batches(
                 yield kept
     finally:
         files.close()
-
-
-class _TableFiles:
-    """One Parquet file per table for one task's rows of TABLES, written as they come."""
-
-    def __init__(self, tables_dir: str, task: int) -> None:
-        import pyarrow.parquet as pq
-
-        self.writers = {
-            name: pq.ParquetWriter(
-                f"{tables_dir}/{name}/part-{task:05d}.parquet", schema, compression="zstd"
-            )
-            for name, schema in TABLES.items()
-        }
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        for name, writer in self.writers.items():
-            col = batch.column(name)
-            rows = col.filter(pc.is_valid(col))
-            if len(rows):
-                writer.write_batch(pa.RecordBatch.from_struct_array(rows))
-
-    def close(self) -> None:
-        for writer in self.writers.values():
-            writer.close()
 
 
 def _audited(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

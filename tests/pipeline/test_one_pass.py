@@ -138,6 +138,16 @@ def test_partials_joined_by_the_jvm_alone_match_the_window(
     )
 
 
+def test_tables_written_by_spark_match_the_reference(
+    spark: Any, tmp_path: Path, references: References
+) -> None:
+    # an OUT elsewhere than a local disk: the group pass's tables and the joined partials
+    # are cached and written by Spark, not by the tasks that compute them
+    export = known_log(tmp_path / "export", duplicate=False, row_group_size=3)
+    ref = known(references, False)
+    audit_like_reference(spark, export, tmp_path, "partials", ref, fold_rows=1, worker_writes=False)
+
+
 def test_commits_from_spark_batches_match_the_window(
     spark: Any, tmp_path: Path, references: References
 ) -> None:
