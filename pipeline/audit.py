@@ -69,6 +69,7 @@ from pipeline.scan import (
     scan_row_groups,
 )
 from pipeline.spark import log, progress
+from pipeline.summary import SUMMARY_SCHEMA, group_summary
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
@@ -190,6 +191,8 @@ class Audit:
         self.merge_partials = True  # a task's partials joined before all are joined
         self.max_bitmaps = MAX_BITMAPS_PER_ROW_GROUP  # offset bitmaps a row group may emit
         self.commits_by = ""  # "partials" or "window": how the commits were sequenced
+        # the commits an invariant reports (that do not decode, that go backwards), if any
+        self._flagged_commits: tuple[Any, Any] | None = None
         self._scan: Any = None
 
     # ---- plumbing ---------------------------------------------------------------------------
@@ -296,12 +299,21 @@ class Audit:
             with progress(self.spark, "rebalance reasons"):
                 self._reasons(gens)
             activity = commits.result()
-            # the per-group summary reads no table of the invariants'
-            summary = self.beside("per-group summary", lambda: self._group_summary(gens, activity))
+            # Spark's per-group summary reads no table of the invariants'; a local OUT's is
+            # computed from the tables written, the invariants' violations among them
+            summary = None
+            if not self.worker_writes:
+                summary = self.beside(
+                    "per-group summary", lambda: self._group_summary(gens, activity)
+                )
             input_rows = input_summary.result()
             with progress(self.spark, "invariants"):
                 invariants = self._invariants(positions.result())
-            summary.result()
+            if summary is None:
+                with progress(self.spark, "per-group summary"):
+                    self._local_group_summary()
+            else:
+                summary.result()
         except BaseException:
             if not all(f.done() for f in self._beside_stages):
                 self.spark.sparkContext.cancelAllJobs()  # a stage beside this one: stop it
@@ -569,7 +581,8 @@ class Audit:
         self.commits_by = "partials"
         self._commits_checked = counts[1]
         keys = ["group_id", "topic", "partition"]
-        self._keep_flagged(self._commit_sequences(self._decoded_commits(recs), keys), counts[0])
+        if counts[0]:  # the plan of the decoded, sequenced commits: only when it is read
+            self._keep_flagged(self._commit_sequences(self._decoded_commits(recs), keys))
         if self.worker_writes:
             return self._written_table("commit_activity", _spark_schema(ACTIVITY_SCHEMA))
         return self._commit_activity(partitions.drop("_interleaved"))
@@ -665,22 +678,21 @@ class Audit:
         self.commits_by = "window"
         n_flagged = int(counts[0] or 0)
         self._commits_checked = int(counts[1] or 0)
-        self._keep_flagged(self._commit_sequences(commits, window_keys), n_flagged)
+        if n_flagged:
+            self._keep_flagged(self._commit_sequences(commits, window_keys))
         return self._commit_activity(partitions.drop("_h"))
 
-    def _keep_flagged(self, sequenced: Any, n_flagged: int) -> None:
+    def _keep_flagged(self, sequenced: Any) -> None:
         """The rows an invariant reports, from the sequenced commits: read again only when
-        the counts found some (none in a healthy log)."""
+        the counts found some (none in a healthy log, where the invariants do without)."""
         from pyspark.sql import functions as F
 
         # cached and computed now: the invariants and the per-group summary read them at once
-        flagged_rows = (
-            self.persist(sequenced.filter(_flagged()), materialize=True)
-            if n_flagged
-            else sequenced.limit(0)
+        flagged_rows = self.persist(sequenced.filter(_flagged()), materialize=True)
+        self._flagged_commits = (
+            flagged_rows.filter(~F.col("ok")),
+            flagged_rows.filter(F.col("violation")),
         )
-        self._bad_offsets = flagged_rows.filter(~F.col("ok"))
-        self._offset_violations = flagged_rows.filter(F.col("violation"))
 
     @staticmethod
     def _commit_sequences(commits: Any, window_keys: list[str]) -> Any:
@@ -784,7 +796,11 @@ class Audit:
         (offsets never go backwards within a generation, offset commits decode)."""
         from pyspark.sql import functions as F
 
-        offsets = self._offset_violations.select(
+        found = self._pass_rows("violations")
+        if self._flagged_commits is None:
+            return found
+        bad, backwards = self._flagged_commits
+        offsets = backwards.select(
             F.lit("offsets_monotonic_within_generation").alias("invariant"),
             "group_id",
             F.col("generation").cast("int").alias("generation"),
@@ -799,7 +815,7 @@ class Audit:
                 "generation",
             ).alias("detail"),
         )
-        bad_offsets = self._bad_offsets.select(
+        bad_offsets = bad.select(
             F.lit("records_decode").alias("invariant"),
             "group_id",
             F.lit(None).cast("int").alias("generation"),
@@ -807,7 +823,7 @@ class Audit:
             "log_offset",
             F.lit("offset commit: key or value shorter than its layout").alias("detail"),
         )
-        return self._pass_rows("violations").unionByName(offsets).unionByName(bad_offsets)
+        return found.unionByName(offsets).unionByName(bad_offsets)
 
     def _invariants(self, positions: Any) -> list[dict[str, Any]]:
         """`positions`: the log positions to group for duplicates (`_positions`). The
@@ -901,6 +917,13 @@ class Audit:
 
     # ---- per group ---------------------------------------------------------------------------
 
+    def _local_group_summary(self) -> None:
+        """The per-group summary of a local OUT, from its tables as written (pipeline/
+        summary.py): the same rows as `_group_summary`'s, without a Spark query."""
+        table = group_summary(lambda name, columns: _parquet_table(self.path(name), columns))
+        written.write_table(self.tables_dir, "group_summary", table)
+        self._written_table("group_summary", _spark_schema(SUMMARY_SCHEMA))
+
     def _group_summary(self, gens: Any, activity: Any) -> None:
         """One row per group with a generation or a committed offset: one aggregate over
         the union of the tables it counts from (a join per table took a job each)."""
@@ -949,9 +972,11 @@ class Audit:
             .agg(
                 rows_of("generation").alias("rebalances"),
                 F.max(of("generation", "generation")).alias("last_generation"),
-                F.when(has_gen, F.countDistinct(of("generation", "incarnation"))).alias(
-                    "incarnations"
-                ),
+                # a set, not countDistinct: a distinct aggregate made Spark expand every row
+                # for a second aggregation (two more jobs)
+                F.when(has_gen, F.size(F.collect_set(of("generation", "incarnation"))))
+                .cast("long")
+                .alias("incarnations"),
                 F.coalesce(F.sum(of("generation", "duration_ms")), F.lit(0)).alias(
                     "time_in_rebalance_ms"
                 ),

@@ -45,3 +45,11 @@ class TaskTables:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
+
+
+def write_table(tables_dir: str, name: str, table: pa.Table) -> None:
+    """A table computed whole (by the driver, from tables already written): one file."""
+    import pyarrow.parquet as pq
+
+    prepare(tables_dir, [name])
+    pq.write_table(table, f"{tables_dir}/{name}/part-00000.parquet", compression="zstd")
