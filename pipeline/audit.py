@@ -61,10 +61,12 @@ from pipeline.groups import (
 from pipeline.groups import TABLES as GROUP_TABLES
 from pipeline.scan import (
     BITMAP,
+    INPUT_SUMMARY_SCHEMA,
     MAX_BITMAPS_PER_ROW_GROUP,
     RECORD,
     SCAN_SCHEMA,
     SUMMARY,
+    input_summary,
     row_group_tasks,
     scan_row_groups,
 )
@@ -348,7 +350,10 @@ class Audit:
 
     def _write_input_summary(self, recs: Any) -> int:
         """The input_summary table; the number of records read."""
-        summary = self.write("input_summary", self._input_summary(recs))
+        if self._scan is not None:
+            summary = self._scanned_summary()
+        else:
+            summary = self.write("input_summary", self._input_summary(recs))
         # a local table's few rows are read from its file, where Spark would run a job
         rows = _parquet_table(self.path("input_summary"), ["record_type", "records"])
         if rows is None:
@@ -382,37 +387,62 @@ class Audit:
         self._scan_rows = scan.count()  # computed now
         return scan
 
+    def _scanned_summary(self) -> Any:
+        """input_summary from the one pass's counts (a few rows per row group), gathered and
+        summed by the driver (pipeline/scan.py: four Spark jobs for 2,000 rows took 1.5-2
+        task-seconds beside the group pass); it also keeps each log partition's offset range,
+        which sizes the duplicate check (`_positions`)."""
+        from pyspark.sql import functions as F
+
+        counts = (
+            self._scan.filter(F.col("kind") == SUMMARY)
+            .select(
+                "record_type",
+                "in_history",
+                "log_partition",
+                "records",
+                "tombstones",
+                "first_append_ms",
+                "last_append_ms",
+                "min_offset",
+                "max_offset",
+            )
+            .toArrow()
+        )
+        ranges = counts.group_by("log_partition", use_threads=False).aggregate(
+            [("min_offset", "min"), ("max_offset", "max")]
+        )
+        lo, hi = ranges["min_offset_min"].to_pylist(), ranges["max_offset_max"].to_pylist()
+        self._ranges = list(zip(lo, hi, strict=True))
+        kinds = {t.value: t.name.lower() for t in RecordType}
+        table = input_summary(counts, kinds)
+        if not self.worker_writes:
+            return self.write("input_summary", self.spark.createDataFrame(table).coalesce(1))
+        written.write_table(self.tables_dir, "input_summary", table)
+        return self._written_table("input_summary", _spark_schema(INPUT_SUMMARY_SCHEMA))
+
     def _input_summary(self, recs: Any) -> Any:
-        """Counts per record type, file and log partition, summed from the one pass's counts
-        per row group, or (`recs` read by Spark) from one aggregate in the JVM; it also keeps
-        each log partition's offset range, which sizes the duplicate check (`_positions`)."""
+        """Counts per record type, file and log partition from one aggregate in the JVM over
+        every record Spark read; it also keeps each log partition's offset range, which sizes
+        the duplicate check (`_positions`)."""
         from pyspark.sql import functions as F
 
         keys = ["record_type", "in_history", "log_partition"]
-        if self._scan is not None:
-            shape = (
-                self._scan.filter(F.col("kind") == SUMMARY)
-                .groupBy(*keys)
-                .agg(
-                    F.sum("records").alias("records"),
-                    F.sum("tombstones").alias("tombstones"),
-                    F.min("first_append_ms").alias("first_append_ms"),
-                    F.max("last_append_ms").alias("last_append_ms"),
-                    F.min("min_offset").alias("min_offset"),
-                    F.max("max_offset").alias("max_offset"),
-                )
-            )
-        else:
-            shape = recs.groupBy(*keys).agg(
-                F.count("*").alias("records"),
-                F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
-                F.min("append_time_ms").alias("first_append_ms"),
-                F.max("append_time_ms").alias("last_append_ms"),
-                F.min("log_offset").alias("min_offset"),
-                F.max("log_offset").alias("max_offset"),
-            )
+        shape = recs.groupBy(*keys).agg(
+            F.count("*").alias("records"),
+            F.sum(F.col("value").isNull().cast("long")).alias("tombstones"),
+            F.min("append_time_ms").alias("first_append_ms"),
+            F.max("append_time_ms").alias("last_append_ms"),
+            F.min("log_offset").alias("min_offset"),
+            F.max("log_offset").alias("max_offset"),
+        )
         shape = self.persist(shape)
-        self._shape = shape
+        ranges = (
+            shape.groupBy("log_partition")
+            .agg(F.min("min_offset").alias("lo"), F.max("max_offset").alias("hi"))
+            .collect()
+        )
+        self._ranges = [(r["lo"], r["hi"]) for r in ranges]
         kind = (
             F.when(F.col("record_type") == RecordType.GROUP_METADATA.value, "group_metadata")
             .when(F.col("record_type") == RecordType.OFFSET_COMMIT.value, "offset_commit")
@@ -741,13 +771,8 @@ class Audit:
         from pyspark.sql import functions as F
 
         positions = recs.select("log_partition", "log_offset", "in_history")
-        ranges = (
-            self._shape.groupBy("log_partition")
-            .agg(F.min("min_offset").alias("lo"), F.max("max_offset").alias("hi"))
-            .collect()
-        )
         buckets = sum(
-            2 + (r["hi"] >> 15) - (r["lo"] >> 15) if r["lo"] is not None else 1 for r in ranges
+            2 + (hi >> 15) - (lo >> 15) if lo is not None else 1 for lo, hi in self._ranges
         )
         if buckets > BITMAP_BUCKETS:
             return positions

@@ -230,3 +230,47 @@ def scan_row_groups(
         rest = record_rows(t, in_history, skip_type)
         if rest is not None:
             yield rest
+
+
+INPUT_SUMMARY_SCHEMA = pa.schema(
+    [
+        ("record_type", pa.int16()),
+        ("kind", pa.string()),
+        ("in_history", pa.bool_()),
+        ("records", pa.int64()),
+        ("tombstones", pa.int64()),
+        ("first_append_ms", pa.int64()),
+        ("last_append_ms", pa.int64()),
+        ("log_partitions", pa.int64()),
+    ]
+)
+
+
+def input_summary(counts: pa.Table, kinds: dict[int, str]) -> pa.Table:
+    """The SUMMARY rows of every row group -> the input_summary table: per record type (its
+    `kinds` name, else "unknown") and file, the records, tombstones, append times and log
+    partitions (as the audit's Spark aggregate of them, for an export Spark reads)."""
+    g = counts.group_by(["record_type", "in_history"], use_threads=False).aggregate(
+        [
+            ("records", "sum"),
+            ("tombstones", "sum"),
+            ("first_append_ms", "min"),
+            ("last_append_ms", "max"),
+            ("log_partition", "count_distinct"),
+        ]
+    )
+    kind = [kinds.get(t, "unknown") for t in g["record_type"].to_pylist()]
+    columns = {
+        "record_type": g["record_type"],
+        "kind": pa.array(kind, pa.string()),
+        "in_history": g["in_history"],
+        "records": g["records_sum"],
+        "tombstones": g["tombstones_sum"],
+        "first_append_ms": g["first_append_ms_min"],
+        "last_append_ms": g["last_append_ms_max"],
+        "log_partitions": g["log_partition_count_distinct"],
+    }
+    return pa.Table.from_arrays(
+        [pa.array(columns[f.name]).cast(f.type) for f in INPUT_SUMMARY_SCHEMA],
+        schema=INPUT_SUMMARY_SCHEMA,
+    )
