@@ -374,6 +374,8 @@ class Audit:
     def _scan_records(self) -> Any:
         """The one pass over every record (pipeline/scan.py), computed now and cached: its
         rows are per row group counts and bitmaps, and the records other than commits."""
+        from pyspark.sql import functions as F
+
         tasks = self.spark.createDataFrame(row_group_tasks(input_paths(self.input_dir)))
         scan = tasks.mapInArrow(
             partial(
@@ -384,18 +386,9 @@ class Audit:
             _spark_schema(SCAN_SCHEMA),
         )
         scan = self.persist(scan)
-        self._scan_rows = scan.count()  # computed now
-        return scan
-
-    def _scanned_summary(self) -> Any:
-        """input_summary from the one pass's counts (a few rows per row group), gathered and
-        summed by the driver (pipeline/scan.py: four Spark jobs for 2,000 rows took 1.5-2
-        task-seconds beside the group pass); it also keeps each log partition's offset range,
-        which sizes the duplicate check (`_positions`)."""
-        from pyspark.sql import functions as F
-
-        counts = (
-            self._scan.filter(F.col("kind") == SUMMARY)
+        # computed now, in the job that gathers its counts (the input summary's)
+        self._scan_counts = (
+            scan.filter(F.col("kind") == SUMMARY)
             .select(
                 "record_type",
                 "in_history",
@@ -409,6 +402,21 @@ class Audit:
             )
             .toArrow()
         )
+        # the RECORD rows: records with a type other than commits' (scan.record_rows)
+        counts = self._scan_counts
+        others = pc.and_(
+            pc.is_valid(counts["record_type"]),
+            pc.not_equal(counts["record_type"], RecordType.OFFSET_COMMIT.value),
+        )
+        self._scan_records_out = int(pc.sum(counts.filter(others)["records"]).as_py() or 0)
+        return scan
+
+    def _scanned_summary(self) -> Any:
+        """input_summary from the one pass's counts (a few rows per row group), gathered and
+        summed by the driver (pipeline/scan.py: four Spark jobs for 2,000 rows took 1.5-2
+        task-seconds beside the group pass); it also keeps each log partition's offset range,
+        which sizes the duplicate check (`_positions`)."""
+        counts = self._scan_counts
         ranges = counts.group_by("log_partition", use_threads=False).aggregate(
             [("min_offset", "min"), ("max_offset", "max")]
         )
@@ -471,7 +479,7 @@ class Audit:
         from pyspark.sql import functions as F
 
         if self._scan is not None:
-            self._others_bound = self._scan_rows  # the pass's rows: these and a few per task
+            self._others_bound = self._scan_records_out
             return self._scan.filter(F.col("kind") == RECORD).select(*INPUT_COLUMNS, "record_type")
         rest = recs.filter(F.col("record_type") != RecordType.OFFSET_COMMIT.value)
         others = self.persist(rest.select(*INPUT_COLUMNS, "record_type"))
