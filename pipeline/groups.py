@@ -4,11 +4,12 @@ Everything the audit says about a group's membership (its records in log order, 
 and the partitions they moved, static replacements and fenced member ids, pre-registered
 scale-ups, and the invariants checked within one group) is a function of that group's
 GROUP_METADATA and STATIC_REGISTRATION records alone, a few hundred rows at most. Spark groups
-the records by group (`group_key`) and hands each group to `audit_groups` (`applyInArrow`),
+the records by group (`group_key`) and hands whole groups to `audit_groups` (`mapInArrow`),
 which decodes them with the coordinator's own decoders and returns one row per output row of
 any table, each table a struct column of PASS_SCHEMA (the others null). The audit caches that
-once and writes each table as a filter of it: one query and one shuffle of the group records
-for what was ~40 Spark jobs of joins and windows over a few thousand rows each.
+once and writes each table as a filter of it, or (a local OUT) each task writes its rows of
+the tables itself and hands back only what later stages read: one query and one shuffle of
+the group records for what was ~40 Spark jobs of joins and windows over a few thousand rows.
 
 The rules are those of the Spark SQL they replace, kept literally where a log could tell them
 apart: joins on log positions (a position held twice joins twice), SQL's three-valued
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from functools import reduce
 from itertools import pairwise
 from typing import Any
 
@@ -266,8 +268,7 @@ def audit_group_batches(
                 col = batch.column(name)
                 files.write(name, pa.RecordBatch.from_struct_array(col.filter(pc.is_valid(col))))
             kept = batch.select(KEPT_SCHEMA.names)
-            has = pc.or_(pc.or_(pc.is_valid(kept[0]), pc.is_valid(kept[1])), pc.is_valid(kept[2]))
-            kept = kept.filter(has)
+            kept = kept.filter(reduce(pc.or_, (pc.is_valid(c) for c in kept.columns)))
             if kept.num_rows:
                 yield kept
     finally:
