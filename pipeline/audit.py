@@ -71,7 +71,12 @@ from pipeline.scan import (
     scan_row_groups,
 )
 from pipeline.spark import log, progress
-from pipeline.summary import SUMMARY_SCHEMA, group_summary
+from pipeline.summary import (
+    ACTIVITY_COLUMNS,
+    GENERATION_COLUMNS,
+    SUMMARY_SCHEMA,
+    group_summary,
+)
 from storage.columns import LOG_COLUMN_NAMES
 
 SOURCE_RESET = 1
@@ -975,20 +980,8 @@ class Audit:
             "scale_ups": t("scale_ups"),
             "violations": self._group_violations().filter(F.col("group_id").isNotNull()),
         }
-        rows = tagged(
-            gens,
-            "generation",
-            "generation",
-            "incarnation",
-            "duration_ms",
-            "partitions_moved",
-            "forced",
-            "empty",
-            "members",
-            "rebalance_ended_ms",
-        ).unionByName(
-            tagged(activity, "commits", "commits", "offset_advance", "resets"),
-            allowMissingColumns=True,
+        rows = tagged(gens, "generation", *GENERATION_COLUMNS).unionByName(
+            tagged(activity, "commits", *ACTIVITY_COLUMNS), allowMissingColumns=True
         )
         for name, df in counted.items():
             rows = rows.unionByName(tagged(df, name), allowMissingColumns=True)

@@ -336,28 +336,31 @@ def _names(names: pa.Array) -> tuple[Any, pa.Array, pa.Array, pa.Array]:
 # columns, and `_interleaved`, the stretches that could not be joined end to end
 COMBINED_SCHEMA = pa.schema(
     [
-        ("group_id", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("commits", pa.int64()),
-        ("member_commits", pa.int64()),
-        ("resets", pa.int64()),
-        ("tombstones", pa.int64()),
-        ("first_commit_ms", pa.int64()),
-        ("last_commit_ms", pa.int64()),
-        ("first_offset", pa.int64()),
-        ("last_offset", pa.int64()),
-        ("min_offset", pa.int64()),
-        ("max_offset", pa.int64()),
-        ("offset_advance", pa.int64()),
-        ("offset_rewound", pa.int64()),
-        ("regressions", pa.int64()),
-        ("violations", pa.int64()),
-        ("generations", pa.int64()),
-        ("_decoded", pa.int64()),
-        ("_checked", pa.int64()),
-        ("_flagged", pa.int64()),
-        ("_interleaved", pa.int64()),
+        *(PARTIAL_SCHEMA.field(name) for name in ("group_id", "topic", "partition")),
+        *(
+            (name, pa.int64())
+            for name in [
+                "commits",
+                "member_commits",
+                "resets",
+                "tombstones",
+                "first_commit_ms",
+                "last_commit_ms",
+                "first_offset",
+                "last_offset",
+                "min_offset",
+                "max_offset",
+                "offset_advance",
+                "offset_rewound",
+                "regressions",
+                "violations",
+                "generations",
+                "_decoded",
+                "_checked",
+                "_flagged",
+                "_interleaved",
+            ]
+        ),
     ]
 )
 

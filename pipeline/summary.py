@@ -44,6 +44,18 @@ SUMMARY_SCHEMA = pa.schema(
     ]
 )
 
+# what the summary reads of each generation and of each committed partition
+GENERATION_COLUMNS = [
+    "generation",
+    "incarnation",
+    "duration_ms",
+    "partitions_moved",
+    "forced",
+    "empty",
+    "members",
+    "rebalance_ended_ms",
+]
+ACTIVITY_COLUMNS = ["commits", "offset_advance", "resets"]
 # the tables whose rows are counted per group, as the summary's columns
 COUNTED = {
     "static_restarts_absorbed": "static_replacements",
@@ -56,20 +68,7 @@ COUNTED = {
 
 def group_summary(read: Any) -> pa.Table:
     """`read(table, columns)`: that table's columns as a pa.Table -> SUMMARY_SCHEMA rows."""
-    gens = read(
-        "generations",
-        [
-            "group_id",
-            "generation",
-            "incarnation",
-            "duration_ms",
-            "partitions_moved",
-            "forced",
-            "empty",
-            "members",
-            "rebalance_ended_ms",
-        ],
-    )
+    gens = read("generations", ["group_id", *GENERATION_COLUMNS])
     gens = gens.set_column(
         gens.schema.get_field_index("forced"), "forced", gens["forced"].cast(_I64)
     ).set_column(gens.schema.get_field_index("empty"), "empty", gens["empty"].cast(_I64))
@@ -88,7 +87,7 @@ def group_summary(read: Any) -> pa.Table:
             ("rebalance_ended_ms", "max"),
         ]
     )
-    activity = read("commit_activity", ["group_id", "commits", "offset_advance", "resets"])
+    activity = read("commit_activity", ["group_id", *ACTIVITY_COLUMNS])
     by_commits = activity.group_by("group_id", use_threads=False).aggregate(
         [([], "count_all"), ("commits", "sum"), ("offset_advance", "sum"), ("resets", "sum")]
     )
