@@ -32,11 +32,11 @@ STAGES = {
         "read + group pass"
     ),
     "group records, generations, static identity, scale-ups": "group pass's tables written",
-    "forced rebalances and reasons": "reasons",
+    "rebalance reasons": "reasons",
     "duplicate log positions: offset bitmaps": "duplicate bitmaps (beside)",
     "offset commits (generation as of the log, movement)": "offset commits (beside)",
     "invariants": "invariants",
-    "per-group summary": "per group (beside invariants)",
+    "per-group summary": "per group (after the invariants)",
     "report and plots": "report (not in the audit time)",
 }
 
