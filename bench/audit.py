@@ -158,9 +158,11 @@ def run(opts: BenchOptions) -> Figure:
             "every 0.2 s. The machine is shared: read the ratios, not the bare seconds. The "
             "audit reads a local export in its Python workers, one task per row group: one pass "
             "for the counts, offset bitmaps and the records other than commits, one that folds "
-            "each batch's commits per partition into partial rows the JVM joins in log order; "
-            "the group records are decoded and audited a group at a time in one more Python "
-            "pass, whose output every per-group table is a filter of; see bench/README_audit.md."
+            "each batch's commits per partition into partial rows, grouped by partition and "
+            "joined in log order by more Python tasks; the group records are decoded and "
+            "audited whole groups at a time in one more Python pass. To a local OUT the tasks "
+            "write the tables they compute (the group pass's, commit_activity) and the driver "
+            "sums the input summary and the per-group summary; see bench/README_audit.md."
         ),
         notes=notes,
     )
