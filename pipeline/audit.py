@@ -1,10 +1,12 @@
 """The rebalance audit: `coordinator export` Parquet (log + history) -> audit tables.
 
-Every table is computed by Spark's tasks and written as Parquet under OUT/tables/<name> (by
-Spark, or, for the group pass's tables and a local OUT, by the tasks that compute them); the
-driver only ever sees counts, the groups' metadata intervals and a handful of example rows.
-Tables that later stages read are written first and read back, which keeps each stage's plan
-short and is the natural checkpoint on a cluster.
+Every table is written as Parquet under OUT/tables/<name>. The large inputs are only ever
+read by Spark's tasks; the driver sees counts, the groups' metadata intervals, a handful of
+example rows and, for a local OUT, the tables of a few rows per group or partition it sums
+(input_summary, group_summary: pipeline/summary.py). To a local OUT the tasks that compute
+the group pass's tables and commit_activity write them themselves (pipeline/written.py);
+elsewhere Spark writes every table. Tables that later stages read are written first and read
+back, which keeps each stage's plan short and is the natural checkpoint on a cluster.
 
 How the log answers each question (app/group/records.py):
 - A group's history is its GROUP_METADATA records in log order (one log partition per group).
@@ -356,13 +358,13 @@ class Audit:
     def _write_input_summary(self, recs: Any) -> int:
         """The input_summary table; the number of records read."""
         if self._scan is not None:
-            summary = self._scanned_summary()
+            rows = self._scanned_summary()
         else:
             summary = self.write("input_summary", self._input_summary(recs))
-        # a local table's few rows are read from its file, where Spark would run a job
-        rows = _parquet_table(self.path("input_summary"), ["record_type", "records"])
-        if rows is None:
-            rows = summary.select("record_type", "records").toArrow()
+            # a local table's few rows are read from its file, where Spark would run a job
+            rows = _parquet_table(self.path("input_summary"), ["record_type", "records"])
+            if rows is None:
+                rows = summary.select("record_type", "records").toArrow()
         input_rows = int(pc.sum(rows["records"]).as_py() or 0)
         self._other_rows = int(
             pc.sum(
@@ -416,11 +418,11 @@ class Audit:
         self._scan_records_out = int(pc.sum(counts.filter(others)["records"]).as_py() or 0)
         return scan
 
-    def _scanned_summary(self) -> Any:
+    def _scanned_summary(self) -> pa.Table:
         """input_summary from the one pass's counts (a few rows per row group), gathered and
         summed by the driver (pipeline/scan.py: four Spark jobs for 2,000 rows took 1.5-2
-        task-seconds beside the group pass); it also keeps each log partition's offset range,
-        which sizes the duplicate check (`_positions`)."""
+        task-seconds beside the group pass), written and returned; it also keeps each log
+        partition's offset range, which sizes the duplicate check (`_positions`)."""
         counts = self._scan_counts
         ranges = counts.group_by("log_partition", use_threads=False).aggregate(
             [("min_offset", "min"), ("max_offset", "max")]
@@ -429,10 +431,12 @@ class Audit:
         self._ranges = list(zip(lo, hi, strict=True))
         kinds = {t.value: t.name.lower() for t in RecordType}
         table = input_summary(counts, kinds)
-        if not self.worker_writes:
-            return self.write("input_summary", self.spark.createDataFrame(table).coalesce(1))
-        written.write_table(self.tables_dir, "input_summary", table)
-        return self._written_table("input_summary", _spark_schema(INPUT_SUMMARY_SCHEMA))
+        if self.worker_writes:
+            written.write_table(self.tables_dir, "input_summary", table)
+            self._written_table("input_summary", _spark_schema(INPUT_SUMMARY_SCHEMA))
+        else:
+            self.write("input_summary", self.spark.createDataFrame(table).coalesce(1))
+        return table
 
     def _input_summary(self, recs: Any) -> Any:
         """Counts per record type, file and log partition from one aggregate in the JVM over

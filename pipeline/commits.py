@@ -380,7 +380,7 @@ def _join_stretches(
     the sums, and the step from each stretch's last decoded commit to the next one's first.
     Returns PARTIAL_SCHEMA's columns per key, the stretches of each key that start before the
     one before them ends or sit in another log partition (then the sums are not the
-    sequence's), the partials sorted, and each one's key."""
+    sequence's), the partials sorted, and each one's key. At least one partial has a row."""
     import numpy as np
 
     t = pa.Table.from_batches(partials, PARTIAL_SCHEMA)
@@ -391,8 +391,7 @@ def _join_stretches(
     cols = {name: t.column(name).combine_chunks() for name in t.column_names}
     n = t.num_rows
     new = np.zeros(n, bool)
-    if n:
-        new[0] = True
+    new[0] = True
     for k in keys:
         col = cols[k]
         new[1:] |= np.asarray(pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True))
@@ -449,16 +448,6 @@ def _join_stretches(
         r = fn.reduceat(np.where(valid(name), arr(name), empty), starts)
         return pa.array(r, pa.int64(), mask=r == empty)
 
-    if not n:
-        return (
-            {
-                name: pa.nulls(0, f.type)
-                for name, f in zip(PARTIAL_SCHEMA.names, PARTIAL_SCHEMA, strict=True)
-            },
-            interleaved,
-            t,
-            seg,
-        )
     # the distinct generations of each partition's partials
     gens = cols["generations"]
     lengths = np.asarray(pc.list_value_length(gens).fill_null(0))
@@ -501,6 +490,7 @@ def merge_partials(partials: list[pa.RecordBatch]) -> pa.RecordBatch:
     one partial per partition and task instead of one per batch (161k partials -> 105k at 10M
     records). A partition whose stretches interleave here keeps them all, so that the
     combine finds them; merged stretches only grow, so no interleaving is hidden."""
+    partials = [p for p in partials if p.num_rows] or partials[:1]
     if len(partials) == 1:  # one batch: one partial per partition already
         return partials[0]
     joined, interleaved, t, seg = _join_stretches(partials, [*_PARTITION_KEYS, "log_partition"])

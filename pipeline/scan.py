@@ -271,6 +271,6 @@ def input_summary(counts: pa.Table, kinds: dict[int, str]) -> pa.Table:
         "log_partitions": g["log_partition_count_distinct"],
     }
     return pa.Table.from_arrays(
-        [pa.array(columns[f.name]).cast(f.type) for f in INPUT_SUMMARY_SCHEMA],
+        [columns[f.name].cast(f.type) for f in INPUT_SUMMARY_SCHEMA],
         schema=INPUT_SUMMARY_SCHEMA,
     )
