@@ -81,10 +81,11 @@ def test_without_registration_the_same_scale_up_rebalances_more_than_once() -> N
             reply = ctx.join_reply(h)
             members[reply.member_id] = f"n{i}"
             gen = reply.generation_id
-            leader = reply.leader
             syncs = [ctx.sync(m, gen, instance_id=inst) for m, inst in members.items()]
             ctx.complete_writes()
-            assert all(ctx.answered(s) for s in syncs) or leader
+            # every member, the newcomer included, is in the new generation: Stable again
+            assert [ctx.sync_reply(s).error for s in syncs] == [Error.NONE] * len(members)
+            assert ctx.state() is GroupState.STABLE
         assert all(ctx.answered(x) for x in rejoin.values())
     assert completed > 1
 
