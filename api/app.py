@@ -11,6 +11,7 @@ from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import quote, unquote
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -18,12 +19,16 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import ui
-from api.deps import MUTATIONS
+from api.deps import MUTATIONS, Caller
+from api.guards import AdminGuard, allowed_hosts, names
 from api.routers import acls, cluster, groups, topics, users
+from api.sessions import ConsoleSessions
 from app.admin import AdminError, AdminService, Elsewhere
+from app.config import advertised_admin_url
 from app.runtime.node import CoordinatorNode
 from app.security.audit import audit
 from app.security.manager import SecurityManager
+from app.security.throttle import FailedLogins
 
 
 def create_app(
@@ -42,7 +47,7 @@ def create_app(
         description="Operate the Kafka group coordinator: groups, static members, topics, "
         "ACLs and SCRAM users.",
     )
-    app.state.admin = AdminService(node, token)
+    app.state.admin = AdminService(node)
     app.state.token = token or None
     app.state.security = security
     app.include_router(cluster.router)
@@ -52,7 +57,9 @@ def create_app(
     app.include_router(users.router)
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static, name="ui-static")
-    app.state.ui_sessions = {}
+    app.state.ui_sessions = ConsoleSessions[Caller](ui.COOKIE_TTL_S)
+    delay_ms = getattr(settings, "failed_authentication_delay_ms", 100)
+    app.state.logins = security.logins if security else FailedLogins(delay_ms / 1000)
 
     @app.exception_handler(AdminError)
     async def admin_error(_: Request, exc: AdminError) -> JSONResponse:
@@ -94,12 +101,46 @@ def create_app(
             allow_credentials=False,  # the Authorization header is sent explicitly
         )
     app.add_middleware(RoutedOnRawPath)
+    app.add_middleware(
+        AdminGuard,
+        hosts=allowed_hosts(settings, _advertised(settings)),
+        cors_origins=origins,
+        max_body_bytes=getattr(settings, "admin_max_body_bytes", 1024 * 1024),
+    )
     return app
+
+
+def _advertised(settings: Any) -> str | None:
+    try:
+        return advertised_admin_url(settings) if settings is not None else None
+    except ValueError:  # refused at start (cli/serve.py) before any app is made
+        return None
+
+
+def uvicorn_config(app: FastAPI, settings: Any, **overrides: Any) -> uvicorn.Config:
+    """The admin listener as `coordinator serve` runs it. Proxy headers only from
+    COORD_ADMIN_TRUSTED_PROXIES: uvicorn would trust X-Forwarded-For from 127.0.0.1."""
+    host, port = settings.admin_address
+    trusted = names(settings.admin_trusted_proxies)
+    values: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "warning",
+        "lifespan": "off",
+        "ssl_certfile": settings.admin_ssl_certfile or None,
+        "ssl_keyfile": settings.admin_ssl_keyfile or None,
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": trusted or [],
+        "server_header": False,
+        "limit_concurrency": settings.admin_max_connections,
+    }
+    values.update(overrides)
+    return uvicorn.Config(app, **values)
 
 
 def cors_origins(value: str) -> list[str]:
     """COORD_ADMIN_CORS_ORIGINS: a comma list of origins; empty = no CORS headers at all."""
-    return [o.strip().rstrip("/") for o in value.split(",") if o.strip()]
+    return [o.rstrip("/") for o in names(value)]
 
 
 def raw_path(scope: MutableMapping[str, Any]) -> str:

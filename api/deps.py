@@ -18,7 +18,7 @@ import asyncio
 import base64
 import binascii
 import hmac
-import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
@@ -27,11 +27,15 @@ from fastapi.openapi.models import HTTPBase as HTTPBaseModel
 from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 
+from api import peers
+from api.sessions import ConsoleSessions
 from app.admin import AdminService
+from app.runtime.runtime import now_ms
 from app.security.acl import AclOperation, ResourceType
 from app.security.audit import audit
 from app.security.manager import SecurityManager
 from app.security.principal import user
+from app.security.throttle import FailedLogins
 
 MUTATIONS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TOKEN_PRINCIPAL: Final = "admin-token"
@@ -48,6 +52,7 @@ class Caller:
     principal: str
     source: str  # the client's address (the ACL host)
     full: bool  # the bearer token, or an API without one: every right
+    peer: bool = False  # another node asking on this caller's behalf (api/peers.py)
 
 
 def admin_service(request: Request) -> AdminService:
@@ -158,15 +163,19 @@ async def authenticate(
         if pair is None:
             raise _unauthorized(request, "malformed Basic credentials")
         name, password = pair
-        async with _limiter(request):
-            ok = await security.verify_password(name, password)
-        if not ok:
-            raise _unauthorized(request, "wrong user name or password", principal=user(name))
+        await login(request, user(name), password_matches(security, name, password))
         caller = Caller(user(name), source, full=False)
+    elif scheme == peers.SCHEME:
+        claim = peers.verify(await admin_service(request).peer_key(), value, now_ms())
+        if claim is None or request.state.action != peers.LIST_GROUPS:
+            raise _unauthorized(request, "invalid, expired or misused node credential")
+        caller = Caller(claim.principal, claim.source, full=claim.full, peer=True)
     elif token:
         given = value if scheme == "bearer" else ""
-        if not hmac.compare_digest(given.encode(), token.encode()):  # constant time
+        if not given:  # no guess: nothing to count against the source
             raise _unauthorized(request, "missing or wrong bearer token")
+        check = token_matches(token, given)
+        await login(request, TOKEN_PRINCIPAL, check, "missing or wrong bearer token")
         caller = Caller(TOKEN_PRINCIPAL, source, full=True)
     else:
         caller = Caller(ANONYMOUS, source, full=True)
@@ -174,19 +183,64 @@ async def authenticate(
     return caller
 
 
+async def peer_headers(request: Request, caller: Caller) -> dict[str, str]:
+    """What this node sends another when it lists that node's groups for `caller`."""
+    key = await admin_service(request).peer_key()
+    claim = peers.Claim(caller.principal, caller.source, caller.full)
+    return {"Authorization": peers.mint(key, claim, now_ms())}
+
+
+def token_matches(token: str, given: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return hmac.compare_digest(given.encode(), token.encode())  # constant time
+
+    return check
+
+
+def password_matches(
+    security: SecurityManager, name: str, password: str
+) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await security.verify_password(name, password)
+
+    return check
+
+
+def logins_of(request: Request) -> FailedLogins:
+    logins: FailedLogins = request.app.state.logins
+    return logins
+
+
+async def login(
+    request: Request,
+    principal: str,
+    check: Callable[[], Awaitable[bool]],
+    reason: str = "wrong user name or password",
+) -> None:
+    """One authentication of `principal` from this request's address, as the Kafka port
+    runs them: after that pair's failed-login wait and one at a time (app/security/throttle),
+    the hashing one request at a time, a failure answered late
+    (COORD_FAILED_AUTHENTICATION_DELAY_MS) and audited with the principal it tried (401)."""
+    key = (principal, client_host(request))
+    logins = logins_of(request)
+    async with logins.attempt(key), _limiter(request):
+        ok = await check()
+    if ok:
+        logins.succeeded(key)
+        return
+    delay = logins.failed(key)
+    error = _unauthorized(request, reason, principal=principal)
+    await asyncio.sleep(delay)
+    raise error
+
+
 def _session(request: Request) -> Caller | None:
     """The console session named by the request's cookie, while it lasts."""
     sid = request.cookies.get(SESSION_COOKIE)
-    sessions: dict[str, tuple[Caller, float]] | None = getattr(
-        request.app.state, "ui_sessions", None
-    )
-    if not sid or sessions is None or sid not in sessions:
+    sessions: ConsoleSessions[Caller] | None = getattr(request.app.state, "ui_sessions", None)
+    if not sid or sessions is None:
         return None
-    caller, expires = sessions[sid]
-    if expires < time.monotonic():
-        del sessions[sid]
-        return None
-    return caller
+    return sessions.get(sid, security_of(request), client_host(request))
 
 
 def json_only(request: Request) -> None:

@@ -11,7 +11,8 @@ from app.security.sasl import MAX_ITERATIONS, MIN_ITERATIONS
 
 class StaticMembersIn(BaseModel):
     group_instance_ids: list[str] = Field(
-        description="group.instance.id of each static member expected to join", max_length=10_000
+        description="group.instance.id of each static member expected to join (at most "
+        "COORD_MAX_REQUEST_ELEMENTS, 10,000 by default)"
     )
     expansion_timeout_ms: int = Field(
         default=60_000,
@@ -33,7 +34,9 @@ class OffsetIn(BaseModel):
 
 
 class OffsetsIn(BaseModel):
-    offsets: list[OffsetIn] = Field(min_length=1, max_length=100_000)
+    offsets: list[OffsetIn] = Field(
+        min_length=1, description="at most COORD_MAX_REQUEST_ELEMENTS (10,000 by default)"
+    )
 
 
 class TopicIn(BaseModel):

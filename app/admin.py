@@ -7,10 +7,13 @@ state; changes go through the core like any Kafka request (write, then reply).
 from __future__ import annotations
 
 import base64
+import logging
 import ssl
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
+from app.config import is_loopback
 from app.group.consumer_protocol import decode_assignment, decode_subscription
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
@@ -34,6 +37,8 @@ from app.runtime.node import CoordinatorNode
 from app.runtime.placement import partition_for
 from app.runtime.runtime import METADATA_PARTITION, PartitionState, now_ms
 from app.service import CoordinatorError
+
+log = logging.getLogger(__name__)
 
 
 class AdminError(Exception):
@@ -106,9 +111,16 @@ _OUTCOME_STATUS = {
 
 
 class AdminService:
-    def __init__(self, node: CoordinatorNode, token: str | None = None) -> None:
+    def __init__(self, node: CoordinatorNode) -> None:
         self.node = node
-        self.token = token  # forwarded when asking other nodes
+        self._peer_key: bytes | None = None
+        self._warned: set[str] = set()  # plain-http peers left out, logged once each
+
+    async def peer_key(self) -> bytes:
+        """The key node credentials are signed with (shared through the store)."""
+        if self._peer_key is None:
+            self._peer_key = await self.node.log.ensure_peer_key()
+        return self._peer_key
 
     # -- routing ------------------------------------------------------------------------------
 
@@ -240,6 +252,7 @@ class AdminService:
             )
         if not offsets:
             raise AdminError(422, "no offsets given")
+        self._within_request_bound("offsets", len(offsets))
         topics = self.node.topics
         for topic, partition, offset in offsets:
             if topic not in topics or not 0 <= partition < topics[topic]:
@@ -278,6 +291,7 @@ class AdminService:
     async def register_static_members(
         self, group_id: str, instance_ids: list[str], expansion_timeout_ms: int
     ) -> dict[str, Any]:
+        self._within_request_bound("group_instance_ids", len(instance_ids))
         self._serves(group_id)
         result: AdminResult = await self._write(
             "RegisterStaticMembers",
@@ -298,6 +312,15 @@ class AdminService:
         )
         self._raise_for(result, group_id)
         return {"group_id": group_id, "result": result.message}
+
+    def _within_request_bound(self, what: str, count: int) -> None:
+        """An admin request holds no more elements than a Kafka request may (the same work on
+        the same loop): COORD_MAX_REQUEST_ELEMENTS."""
+        bound = self.node.settings.max_request_elements
+        if count > bound:
+            raise AdminError(
+                413, f"{count} {what} in one request; at most {bound} (COORD_MAX_REQUEST_ELEMENTS)"
+            )
 
     @staticmethod
     def _raise_for(result: AdminResult, group_id: str) -> None:
@@ -330,35 +353,52 @@ class AdminService:
         if error is not Error.NONE:
             raise AdminError(503, f"could not remove {instance_id!r}: {error.name}")
 
-    async def list_all_groups(self, state: str | None = None) -> list[dict[str, Any]]:
-        """Groups of the whole cluster: this node's, plus every other live node's."""
+    async def list_all_groups(
+        self, state: str | None = None, headers: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Groups of the whole cluster: this node's, plus every other live node's, asked with
+        `headers` (the caller's node credential, api/peers.py): never this node's token."""
         groups = self.list_groups(state)
-        others = {
-            n: url
+        others = [
+            url
             for n, url in self.node.admin_urls.items()
-            if n != self.node.node_id and n in self.node.live_brokers
-        }
+            if n != self.node.node_id and n in self.node.live_brokers and self._may_ask(url)
+        ]
         if others:
             import httpx
 
             params = {"state": state} if state else {}
-            headers = {"X-Coordinator-Local": "1"}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
+            sent = {**(headers or {}), "X-Coordinator-Local": "1"}
             # https admin URLs of the other nodes: trusted through COORD_SSL_CAFILE if set
             cafile = self.node.settings.ssl_cafile
             verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
             async with httpx.AsyncClient(timeout=5, verify=verify) as client:
-                for url in others.values():
+                for url in others:
                     try:
                         r = await client.get(
-                            url.rstrip("/") + "/groups", params=params, headers=headers
+                            url.rstrip("/") + "/groups", params=params, headers=sent
                         )
                         if r.status_code == 200:
                             groups.extend(r.json())
                     except httpx.HTTPError:
                         continue  # a node that is going away: its groups move soon
         return sorted({g["group_id"]: g for g in groups}.values(), key=lambda g: g["group_id"])
+
+    def _may_ask(self, url: str) -> bool:
+        """https, or http to a loopback address, or COORD_ADMIN_PEER_PLAINTEXT: a caller's
+        credential crosses no network in the clear unless the operator said so."""
+        parts = urlsplit(url)
+        if parts.scheme == "https" or self.node.settings.admin_peer_plaintext:
+            return True
+        loopback = is_loopback(parts.hostname or "")
+        if not loopback and url not in self._warned:
+            self._warned.add(url)
+            log.warning(
+                "not listing the groups of %s: it is plain http to another machine "
+                "(COORD_ADMIN_PEER_PLAINTEXT=true allows it; https is better)",
+                url,
+            )
+        return loopback
 
     def cluster_view(self) -> dict[str, Any]:
         node = self.node

@@ -91,6 +91,16 @@ class Settings(BaseSettings):
     admin_ssl_keyfile: str = ""
     advertised_admin_url: str = ""  # what other nodes and the CLI are sent to
     admin_cors_origins: str = ""  # comma list; empty = no cross-origin requests at all
+    # X-Forwarded-For/-Proto are read only from these (comma list of addresses or networks)
+    admin_trusted_proxies: str = ""
+    admin_allowed_hosts: str = ""  # Host names served beside the node's own (api/guards.py)
+    admin_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    admin_max_connections: int = Field(default=1000, ge=1)  # then 503 (uvicorn's bound)
+    # the fan-out of GET /groups to other nodes over http:// to a non-loopback address
+    admin_peer_plaintext: bool = False
+    # connection.failed.authentication.delay.ms: a failed login is answered this much later,
+    # and the same principal from the same source waits longer after each failure
+    failed_authentication_delay_ms: int = Field(default=100, ge=0, le=60_000)
 
     @field_validator("topics")
     @classmethod
@@ -127,6 +137,16 @@ class Settings(BaseSettings):
 
 
 _WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def advertised_admin_url(settings: Settings) -> str | None:

@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import signal
 import sys
 
 import uvicorn
 
-from api.app import create_app
+from api.app import create_app, uvicorn_config
 from app import compiled
-from app.config import Settings, advertised_admin_url, shown_database_url
+from app.config import Settings, advertised_admin_url, is_loopback, shown_database_url
 from app.kafka.apis import version_table
 from app.kafka.limits import ServerLimits
 from app.kafka.server import start_kafka_server
@@ -30,16 +29,6 @@ log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.0005
 GC_THRESHOLD_0 = 20_000  # allocations between first-generation collections (default 700)
-
-
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 or localhost: reachable from this machine only."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def admin_exposure_problem(settings: Settings) -> str | None:
@@ -124,15 +113,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     )
     admin_host, admin_port = settings.admin_address
     admin = uvicorn.Server(
-        uvicorn.Config(
-            create_app(node, settings.admin_token or None, security=security),
-            host=admin_host,
-            port=admin_port,
-            log_level="warning",
-            lifespan="off",
-            ssl_certfile=settings.admin_ssl_certfile or None,
-            ssl_keyfile=settings.admin_ssl_keyfile or None,
-        )
+        uvicorn_config(create_app(node, settings.admin_token or None, security=security), settings)
     )
     # _serve skips uvicorn's own signal capture: this function owns SIGINT/SIGTERM
     admin_task = asyncio.create_task(admin._serve(), name="admin")

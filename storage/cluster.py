@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import cast
@@ -18,6 +19,7 @@ from storage.tables import cluster_meta, nodes
 
 LOG_PARTITIONS = "log_partitions"
 CLUSTER_ID = "cluster_id"
+PEER_KEY = "admin_peer_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,17 +171,24 @@ class Cluster:
     async def ensure_cluster_id(self) -> str:
         """The cluster's id, made on first use (`random_cluster_id`) and the same for every
         node of the store."""
-        fresh = random_cluster_id()
+        return await self._ensure_meta(CLUSTER_ID, random_cluster_id())
+
+    async def ensure_peer_key(self) -> bytes:
+        """The key the nodes sign their admin calls to each other with (api/peers.py): made on
+        first use, the same for every node of the store, never sent anywhere."""
+        fresh = base64.b64encode(secrets.token_bytes(32)).decode()
+        return base64.b64decode(await self._ensure_meta(PEER_KEY, fresh))
+
+    async def _ensure_meta(self, name: str, fresh: str) -> str:
+        """The stored value of `name`, `fresh` stored first if there was none."""
         async with self._db.write() as conn:
             await conn.execute(
                 self._db.insert(cluster_meta)
-                .values(name=CLUSTER_ID, value=fresh)
+                .values(name=name, value=fresh)
                 .on_conflict_do_nothing(index_elements=["name"])
             )
             stored = (
-                await conn.execute(
-                    select(cluster_meta.c.value).where(cluster_meta.c.name == CLUSTER_ID)
-                )
+                await conn.execute(select(cluster_meta.c.value).where(cluster_meta.c.name == name))
             ).scalar()
         return str(stored)
 

@@ -9,6 +9,8 @@ fence check, making check+insert atomic across processes sharing the file.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -43,6 +45,15 @@ def sqlite_file(url: URL) -> Path | None:
     if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
         return None
     return Path(db)
+
+
+def create_private(path: Path) -> None:
+    """Create the database file, readable by its owner only (it holds the SCRAM salts and
+    keys), unless it exists. SQLite gives its -wal and -shm files the database file's mode;
+    an empty file is an empty database to it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def _set_wal(cur: Any, busy_timeout_ms: int) -> None:
@@ -95,7 +106,7 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any)
 
     path = sqlite_file(u)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(path)
     engine = create_async_engine(u, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")

@@ -61,6 +61,7 @@ TIMED = {
     "tests/sdk/test_membership_e2e.py": "worker restarts must beat a session timeout",
     # who leads is who joins first: 0.1 s apart, which a saturated machine can reorder
     "tests/differential/test_differential.py": "its scenarios order two members' joins in time",
+    "tests/api/test_admin_loop.py": "bounds a heartbeat's round trip during an admin call",
 }
 CHAOS_LANE = "tests/chaos/test_chaos.py"
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 
-from api.deps import PROTECTED, Access, AccessDep, AdminDep
+from api.deps import PROTECTED, Access, AccessDep, AdminDep, peer_headers
 from api.schemas import OffsetsIn, RebalanceIn, StaticMembersIn
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -40,6 +40,7 @@ STATES = "^(?i:empty|preparingrebalance|completingrebalance|stable|dead)$"
 
 @router.get("")
 async def list_groups(
+    request: Request,
     admin: AdminDep,
     access: AccessDep,
     state: str | None = Query(default=None, pattern=STATES),
@@ -47,7 +48,11 @@ async def list_groups(
 ) -> list[dict[str, Any]]:
     """Every group of the cluster (each node adds the groups of the partitions it owns), as
     ListGroups: only those the caller may DESCRIBE, unless it may DESCRIBE the cluster."""
-    groups = admin.list_groups(state) if local else await admin.list_all_groups(state)
+    if local or access.caller.peer:
+        groups = admin.list_groups(state)
+    else:
+        headers = await peer_headers(request, access.caller)
+        groups = await admin.list_all_groups(state, headers)
     if access.allowed(DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return groups
     return [g for g in groups if access.allowed(DESCRIBE, GROUP, g["group_id"])]

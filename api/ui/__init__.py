@@ -16,12 +16,10 @@ package; nothing is fetched from elsewhere at run time.
 from __future__ import annotations
 
 import datetime as dt
-import hmac
-import secrets
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -29,9 +27,23 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pydantic import BaseModel, Field
 
-from api.deps import SESSION_COOKIE, Access, Caller, authenticate, security_of
+from api.deps import (
+    SESSION_COOKIE,
+    TOKEN_PRINCIPAL,
+    Access,
+    Caller,
+    authenticate,
+    client_host,
+    login,
+    password_matches,
+    peer_headers,
+    security_of,
+    token_matches,
+)
+from api.sessions import ConsoleSessions
 from app.admin import AdminError, AdminService
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from app.security.audit import audit
 from app.security.principal import user
 
 HERE = Path(__file__).parent
@@ -73,7 +85,12 @@ def _partitions(view: dict[str, Any] | None, key: str = "partitions") -> str:
     return "; ".join(parts) or "none"
 
 
-templates.filters.update(ago=_ago, when=_when, partitions=_partitions, quote=quote)
+def _segment(value: str) -> str:
+    """A group id as one path segment: "/" and "%" escaped too."""
+    return quote(value, safe="")
+
+
+templates.filters.update(ago=_ago, when=_when, partitions=_partitions, quote=_segment)
 
 
 def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -109,7 +126,7 @@ async def home() -> Response:
 
 
 @router.get("/login", response_class=HTMLResponse)
-async def login(request: Request, next: str = "/ui/groups") -> Response:
+async def login_page(request: Request, next: str = "/ui/groups") -> Response:
     return page(
         request,
         "login.html",
@@ -128,26 +145,28 @@ class SessionIn(BaseModel):
 @router.post("/session", status_code=204)
 async def open_session(body: SessionIn, request: Request) -> Response:
     """Exchange the token or a user's password for a session cookie (JSON only, as every
-    mutation: a cross-site form cannot log a browser in)."""
-    source = request.client.host if request.client else "unknown"
+    mutation: a cross-site form cannot log a browser in). Checked, throttled and audited as
+    every other login (api.deps.login)."""
+    source = client_host(request)
     token: str | None = request.app.state.token
     security = security_of(request)
     caller: Caller | None = None
+    name: str | None = None
     if body.user is not None and security is not None:
-        if await security.verify_password(body.user, body.password or ""):
-            caller = Caller(user(body.user), source, full=False)
+        await login(
+            request, user(body.user), password_matches(security, body.user, body.password or "")
+        )
+        caller, name = Caller(user(body.user), source, full=False), body.user
     elif body.token is not None and token is not None:
-        given, wanted = body.token.encode(), token.encode()
-        if hmac.compare_digest(given, wanted):  # constant time
-            caller = Caller("admin-token", source, full=True)
+        await login(request, TOKEN_PRINCIPAL, token_matches(token, body.token), "wrong token")
+        caller = Caller(TOKEN_PRINCIPAL, source, full=True)
     if caller is None:
         raise HTTPException(401, detail="wrong token, user name or password")
-    sessions: dict[str, tuple[Caller, float]] = request.app.state.ui_sessions
-    now = time.monotonic()
-    for sid in [s for s, (_, exp) in sessions.items() if exp < now]:
-        del sessions[sid]
-    sid = secrets.token_urlsafe(32)
-    sessions[sid] = (caller, now + COOKIE_TTL_S)
+    sessions: ConsoleSessions[Caller] = request.app.state.ui_sessions
+    sid = sessions.open(caller, name, security)
+    audit("authenticate", "success", principal=caller.principal, source=source, api="admin",
+          resource=f"{request.method} {request.url.path}", mechanism="console session")  # fmt: skip
+    request.state.audited = True
     response = Response(status_code=204)
     response.set_cookie(
         SESSION_COOKIE, sid, max_age=COOKIE_TTL_S, httponly=True, samesite="strict",
@@ -158,7 +177,7 @@ async def open_session(body: SessionIn, request: Request) -> Response:
 
 @router.post("/logout", status_code=204)
 async def close_session(request: Request) -> Response:
-    request.app.state.ui_sessions.pop(request.cookies.get(SESSION_COOKIE, ""), None)
+    request.app.state.ui_sessions.close(request.cookies.get(SESSION_COOKIE, ""))
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
@@ -172,7 +191,7 @@ async def groups_page(request: Request, state: str = "", q: str = "") -> Respons
     access = Access(request, caller)
     admin = admin_of(request)
     wanted = state if state in STATES else None
-    groups = await admin.list_all_groups(wanted)
+    groups = await admin.list_all_groups(wanted, await peer_headers(request, caller))
     if not access.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         groups = [
             g for g in groups
@@ -198,6 +217,7 @@ async def group_page(request: Request, group_id: str) -> Response:
     caller = await caller_or_login(request)
     if isinstance(caller, Response):
         return caller
+    group_id = unquote(group_id)  # a segment as api.app.RoutedOnRawPath routes it
     access = Access(request, caller)
     if not access.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         return error_page(request, 403, "Not authorized",

@@ -73,7 +73,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         queue = self._queue = TimerQueue()
         rebalancer = Rebalancer(config, self.groups, queue)
-        registrations = Registrations(self.groups, queue, rebalancer)
+        registrations = Registrations(self.groups, queue, rebalancer, config.group_max_size)
         membership = Membership(
             config, self.groups, queue, new_member_id, rebalancer, registrations
         )

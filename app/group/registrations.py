@@ -9,6 +9,7 @@ that never came are then dropped from it (a record says which).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from app.group.messages import NO_ERROR, AdminOutcome, AdminResult, Error
 from app.group.rebalance import Rebalancer
@@ -21,10 +22,18 @@ log = logging.getLogger(__name__)
 
 
 class Registrations:
-    def __init__(self, groups: dict[str, Group], queue: TimerQueue, rebalancer: Rebalancer) -> None:
+    def __init__(
+        self,
+        groups: dict[str, Group],
+        queue: TimerQueue,
+        rebalancer: Rebalancer,
+        group_max_size: int = 2_147_483_647,
+    ) -> None:
         self.groups = groups
         self.queue = queue
         self.rebalancer = rebalancer
+        # registered + joined static members of a group: no more than may ever join it
+        self.group_max_size = group_max_size
 
     def register_static_members(
         self, handle: int, group_id: str, instance_ids: list[str], timeout_ms: int, now: int
@@ -32,7 +41,7 @@ class Registrations:
         """Expect these static members, so their scale-up rebalances once."""
         out = Result()
         group = self.groups.get(group_id)
-        problem = _registration_problem(group, instance_ids, timeout_ms)
+        problem = _registration_problem(group, instance_ids, timeout_ms, self.group_max_size)
         if problem is not None:
             out.reply(handle, AdminResult(Error.INVALID_REQUEST, problem, AdminOutcome.INVALID))
             return out
@@ -187,24 +196,38 @@ def rearm_expansion(queue: TimerQueue, group: Group) -> None:
 
 
 def _registration_problem(
-    group: Group | None, instance_ids: list[str], timeout_ms: int
+    group: Group | None, instance_ids: list[str], timeout_ms: int, group_max_size: int
 ) -> str | None:
+    """Linear in the ids (an admin call runs on the loop every Kafka client shares)."""
     if not instance_ids:
         return "group_instance_ids must not be empty"
     if any(not i for i in instance_ids):
         return "a group.instance.id must not be empty"
-    dupes = sorted({i for i in instance_ids if instance_ids.count(i) > 1})
+    dupes = sorted(i for i, n in Counter(instance_ids).items() if n > 1)
     if dupes:
-        return f"duplicate group_instance_ids: {dupes}"
+        return f"duplicate group_instance_ids: {_some(dupes)}"
     if timeout_ms <= 0:
         return "expansion_timeout_ms must be positive"
+    size = len(instance_ids)
     if group is not None:
         members = sorted(i for i in instance_ids if i in group.static_members)
         if members:
-            return f"already members of group {group.group_id!r}: {members}"
+            return f"already members of group {group.group_id!r}: {_some(members)}"
         again = sorted(i for i in instance_ids if i in group.registered)
         if again:
-            return f"already registered for group {group.group_id!r}: {again}"
+            return f"already registered for group {group.group_id!r}: {_some(again)}"
         if group.is_(DEAD):
             return f"group {group.group_id!r} is being deleted"
+        size += len(group.registered) + len(group.members)
+    if size > group_max_size:
+        return (
+            f"{len(instance_ids)} more static members would make the group's members and "
+            f"registrations {size}, over group.max.size ({group_max_size})"
+        )
     return None
+
+
+def _some(ids: list[str], shown: int = 20) -> str:
+    """At most `shown` ids in a message: a refusal of 10,000 must not answer all of them."""
+    more = len(ids) - shown
+    return str(ids[:shown]) + (f" and {more} more" if more > 0 else "")

@@ -68,7 +68,6 @@ log = logging.getLogger(__name__)
 
 _SIZE: Final = struct.Struct(">i")
 _unpack_size: Final = _SIZE.unpack_from
-FAILED_AUTHENTICATION_DELAY_S: Final = 0.1
 _REQUEST_PREFIX: Final = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 
 
@@ -723,7 +722,8 @@ class KafkaConnection(asyncio.Protocol):
                 # connection.failed.authentication.delay.ms)
                 self._closing = True
                 self._transport.pause_reading()
-                self._loop.call_later(FAILED_AUTHENTICATION_DELAY_S, self._transport.close)
+                delay = self._session.security.logins.delay_s
+                self._loop.call_later(delay, self._transport.close)
 
     def _update_reading(self) -> None:
         transport = self._transport

@@ -10,6 +10,7 @@ request waits on the database to be authorized. Anything that hashes or shakes h
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,14 @@ from app.security.acl import (
 )
 from app.security.audit import audit
 from app.security.principal import parse_super_users
-from app.security.sasl import PLAIN, ScramCredential, parse_mechanisms, verify_any
+from app.security.sasl import (
+    PLAIN,
+    SCRAM_MECHANISMS,
+    ScramCredential,
+    parse_mechanisms,
+    verify_any,
+)
+from app.security.throttle import FailedLogins
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +82,7 @@ class SecurityManager:
         authorizer: str = "none",
         super_users: str = "",
         allow_everyone_if_no_acl_found: bool = False,
+        failed_authentication_delay_ms: int = 100,
     ) -> None:
         self.store = store
         self.mechanisms = parse_mechanisms(mechanisms)
@@ -85,6 +94,7 @@ class SecurityManager:
         self._task: asyncio.Task[None] | None = None
         self._denials: dict[tuple[str, str, str], float] = {}
         self.refresh_error: str | None = None
+        self.logins = FailedLogins(failed_authentication_delay_ms / 1000)
 
     @classmethod
     def from_settings(cls, store: SecurityStore, settings: Any) -> SecurityManager:
@@ -94,6 +104,7 @@ class SecurityManager:
             authorizer=settings.authorizer,
             super_users=settings.super_users,
             allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
+            failed_authentication_delay_ms=settings.failed_authentication_delay_ms,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -147,6 +158,17 @@ class SecurityManager:
     async def verify_password(self, name: str, password: str) -> bool:
         """HTTP Basic and PLAIN: the password against the user's stored SCRAM keys."""
         return await self.offload(verify_any, self.credential, name, password)
+
+    def fingerprint(self, name: str) -> bytes | None:
+        """What the user's stored credentials are now (None: the user has none): a session
+        opened with them ends when this changes (a new password, a deleted user)."""
+        found = [c for m in SCRAM_MECHANISMS if (c := self.snapshot.credentials.get((name, m)))]
+        if not found:
+            return None
+        digest = hashlib.sha256()
+        for c in found:
+            digest.update(c.mechanism.encode() + c.salt + c.stored_key + c.server_key)
+        return digest.digest()
 
     @property
     def plain_enabled(self) -> bool:

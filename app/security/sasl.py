@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -121,12 +122,27 @@ def verify_password(credential: ScramCredential, password: str) -> bool:
 CredentialLookup = Callable[[str, str], "ScramCredential | None"]
 
 
+_UNKNOWN_USER: list[ScramCredential] = []  # made on first use: a salt and keys of no password
+
+
+def _unknown_user() -> ScramCredential:
+    if not _UNKNOWN_USER:
+        salt, stored, server, i = ScramMechanism("SCRAM-SHA-512").make_auth_info(
+            secrets.token_urlsafe(32), iteration_count=MIN_ITERATIONS
+        )
+        _UNKNOWN_USER.append(ScramCredential("", "SCRAM-SHA-512", salt, i, stored, server))
+    return _UNKNOWN_USER[0]
+
+
 def verify_any(lookup: CredentialLookup, name: str, password: str) -> bool:
-    """PLAIN (and HTTP Basic): the password against any SCRAM credential the user has."""
+    """PLAIN (and HTTP Basic): the password against any SCRAM credential the user has. An
+    unknown user's password is hashed all the same (against keys no password makes), so the
+    time of the answer does not tell which user names exist."""
     for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
         credential = lookup(name, mechanism)
         if credential is not None:
             return verify_password(credential, password)
+    verify_password(_unknown_user(), password)
     return False
 
 
@@ -144,11 +160,21 @@ class SaslServer:
             self._scram = ScramMechanism(mechanism).make_server(self._auth_info)
 
     def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int]:
+        self.user = name  # who tried, for the audit line; the principal only once verified
         credential = self._lookup(name, self.mechanism)
         if credential is None:
             raise ScramException(FAILED)
-        self.user = name
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
+
+    def checks_password(self, token: bytes) -> str | None:
+        """The user whose password (or proof of it) `token` carries, so a failed-login delay
+        can be waited out before it is checked; None for a step that checks none."""
+        if self._scram is not None:
+            return self.user if self._steps == 1 else None
+        parts = token.split(b"\x00")
+        if self._steps or len(parts) != 3 or not parts[1]:
+            return None
+        return parts[1].decode("utf-8", "replace")
 
     def step(self, token: bytes) -> tuple[bytes, str | None]:
         self._steps += 1
@@ -185,7 +211,9 @@ class SaslServer:
                 "Authentication failed: Client requested an authorization id that is "
                 "different from username"
             )
-        if not name or not verify_any(self._lookup, name, password):
+        if not name:
             raise AuthenticationFailed(f"{FAILED} with SASL mechanism PLAIN")
-        self.user = name
+        self.user = name  # who tried, for the audit line
+        if not verify_any(self._lookup, name, password):
+            raise AuthenticationFailed(f"{FAILED} with SASL mechanism PLAIN")
         return user(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.security.audit import audit
 from app.security.manager import SecurityManager
-from app.security.principal import ANONYMOUS
+from app.security.principal import ANONYMOUS, user
 from app.security.sasl import AuthenticationFailed, SaslServer
 
 
@@ -27,14 +27,23 @@ class AuthSession:
         if server is None or self.authenticated or self.failed:
             self.failed = True
             raise AuthenticationFailed("unexpected SASL token: no authentication in progress")
+        logins = self.security.logins
+        name = server.checks_password(token)
         try:
-            reply, principal = await self.security.offload(server.step, token)
+            if name is None:
+                reply, principal = await self.security.offload(server.step, token)
+            else:
+                async with logins.attempt((user(name), source)):
+                    reply, principal = await self.security.offload(server.step, token)
         except AuthenticationFailed as e:
             self.failed = True
+            tried = user(server.user) if server.user else None
+            if name is not None:
+                logins.failed((tried, source))
             audit(
                 "authenticate",
                 "failure",
-                principal=f"User:{server.user}" if server.user else None,
+                principal=tried,
                 source=source,
                 mechanism=server.mechanism,
                 reason=str(e),
@@ -43,6 +52,7 @@ class AuthSession:
         if principal is not None:
             self.principal = principal
             self.authenticated = True
+            logins.succeeded((principal, source))
             audit(
                 "authenticate",
                 "success",

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from api.app import create_app
+from api.app import create_app, uvicorn_config
 from app.config import Settings
 from app.runtime.node import CoordinatorNode
 from app.security.manager import SecurityManager
@@ -176,13 +176,12 @@ async def serve_app(
 ) -> AsyncIterator[None]:
     """The node's FastAPI app on uvicorn, as `coordinator serve` runs it."""
     server = uvicorn.Server(
-        uvicorn.Config(
+        uvicorn_config(
             create_app(node, token, security=security),
+            node.settings,
             host="127.0.0.1",
             port=port,
-            log_level="warning",
             log_config=None,  # propagate to the root logger: tests see what escapes the app
-            lifespan="off",
             ws="none",
         )
     )

@@ -365,13 +365,17 @@ async def test_no_cors_unless_configured(tmp_path: Path) -> None:
     site = "https://ops.example.com"
     async with served_node(tmp_path, token=TOKEN) as api:
         r = await api.http.get("/groups", headers={"Origin": site})
-        assert r.status_code == 200
+        assert r.status_code == 403 and "cross-origin" in r.json()["detail"], r.text
         assert not any(k.lower().startswith("access-control") for k in r.headers)
         r = await api.http.options(
             "/groups",
             headers={"Origin": site, "Access-Control-Request-Method": "DELETE"},
         )
+        assert r.status_code == 403, r.text
         assert not any(k.lower().startswith("access-control") for k in r.headers), r.headers
+        # the console's own calls are same-origin
+        r = await api.http.get("/groups", headers={"Origin": api.url})
+        assert r.status_code == 200, r.text
     async with served_node(
         tmp_path / "cors", token=TOKEN, admin_cors_origins=f"{site}, https://b.example"
     ) as api:
@@ -388,7 +392,7 @@ async def test_no_cors_unless_configured(tmp_path: Path) -> None:
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == site
         assert "access-control-allow-credentials" not in r.headers
         r = await api.http.get("/groups", headers={"Origin": "https://evil.example"})
-        assert "access-control-allow-origin" not in r.headers
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
 
 
 # ==== the audit trail ============================================================================
@@ -609,7 +613,7 @@ async def test_redirects_go_to_the_advertised_admin_url_only(tmp_path: Path) -> 
         port_a = a.url.rsplit(":", 1)[1]
         async with httpx.AsyncClient(timeout=30, headers=BEARER) as http:
             # node 1's groups through node 2: to node 1's advertised URL, whatever the Host
-            r = await http.get(f"{b.url}/groups/{g_a}", headers={"Host": "evil.example:80"})
+            r = await http.get(f"{b.url}/groups/{g_a}", headers={"Host": "localhost:1"})
             assert r.status_code == 307
             assert r.headers["location"] == f"http://localhost:{port_a}/groups/{g_a}"
             # node 2 registered no admin URL (it listens on 0.0.0.0): 503, no redirect
