@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.group.messages import Error
+from tests.api.helpers import eventually
 from tests.fuzz.frames import CORPUS
 from tests.protocol.groups import stable_group
 from tests.runtime.node_fixture import RunningNode
@@ -129,8 +130,9 @@ async def test_connections_per_ip_are_bounded(node: RunningNode, client: KafkaTe
     assert [c.is_closed for c in more] == [False, False, True]
     await assert_member_unharmed(client, "steady", m, gen)
     await more[0].close()
-    await asyncio.sleep(0.2)
-    again = await node.client("again")  # a slot freed up
+    # the node has counted the closed one out: `client` and more[1] are left
+    await eventually(lambda: len(node.server.connections) == 2, what="the slot freed")
+    again = await node.client("again")
     await stable_group(again, "other")
 
 
@@ -230,9 +232,19 @@ PARKED_JOIN = KafkaTestClient.build_request(
 )
 
 
-def server_conn(node: RunningNode, client_id_port: int) -> Any:
-    (conn,) = [c for c in node.server.connections if c._peer.endswith(f":{client_id_port}")]
-    return conn
+def server_conn(node: RunningNode, client_port: int) -> Any:
+    """The node's end of the connection from `client_port` (None before it is accepted)."""
+    conns = [c for c in node.server.connections if c._peer.endswith(f":{client_port}")]
+    return conns[0] if conns else None
+
+
+def stopped_reading(node: RunningNode, client_port: int) -> Any:
+    """That connection once it has stopped reading for what it holds (requests or reply bytes
+    in flight), not for a turn of the loop (a long read yields) or while the node sheds."""
+    conn = server_conn(node, client_port)
+    if conn is None or not conn._reading_paused:
+        return None
+    return None if conn._yielding or conn._shed or conn._heavy_wait or conn._write_paused else conn
 
 
 @pytest.mark.node_settings(max_inflight_requests=64, initial_rebalance_delay_ms=1500)
@@ -248,10 +260,8 @@ async def test_requests_piled_behind_a_parked_join_stop_the_reading(
     frames += [encode_request(hb, i, "pipeliner") for i in range(1, 5000)]
     reader, writer = await pipelined_conn(node, frames)
     port = writer.get_extra_info("sockname")[1]
-    await asyncio.sleep(0.5)
-    conn = server_conn(node, port)
-    assert conn._reading_paused  # it stopped reading: 64 unanswered, the rest in the socket
-    assert len(conn._slots) <= 64
+    conn = await eventually(lambda: stopped_reading(node, port), what="the reading stopped")
+    assert len(conn._slots) <= 64  # it stopped reading: 64 unanswered, the rest in the socket
     await assert_member_unharmed(client, "steady", m, gen)
     # once the join completes every request is answered, in order
     ids = await asyncio.wait_for(read_replies(reader, 5000), 30)
@@ -275,9 +285,7 @@ async def test_reply_bytes_piled_behind_a_parked_join_stop_the_reading(
     frames += [encode_request(meta, i, "pipeliner") for i in range(1, 500)]
     reader, writer = await pipelined_conn(node, frames)
     port = writer.get_extra_info("sockname")[1]
-    await asyncio.sleep(0.5)
-    conn = server_conn(node, port)
-    assert conn._reading_paused
+    conn = await eventually(lambda: stopped_reading(node, port), what="the reading stopped")
     assert conn._queued_bytes < 4096 + 1024  # one reply past the mark at most
     ids = await asyncio.wait_for(read_replies(reader, 500), 30)
     assert ids == list(range(500))

@@ -23,7 +23,7 @@ from app.kafka.hot import (
 )
 from app.runtime.placement import CACHED_ID_LENGTH
 from membership.wire import encode_request
-from tests.protocol.groups import stable_group
+from tests.protocol.groups import stable_group, wait_for_state
 from tests.runtime.node_fixture import RunningNode
 from tests.support.kafka_client import KafkaTestClient
 
@@ -170,7 +170,7 @@ async def test_remembered_frames_are_answered_from_the_groups_state_now(
     other = await node.client("memo-other")
     # (v3: no MEMBER_ID_REQUIRED round trip, the join starts the rebalance)
     joining = asyncio.ensure_future(other.join_group("memo", protocols=[("range", b"")], version=3))
-    await asyncio.sleep(0.3)
+    await wait_for_state(client, "memo", "PreparingRebalance")
     late = [client.expect(2000 + i, None) for i in range(2)]
     await client.send_raw(client.encode(request, 2000) + client.encode(request, 2001))
     for reply in late:

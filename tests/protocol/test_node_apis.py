@@ -13,6 +13,7 @@ from kio.index import load_response_schema
 
 from app.group.messages import Error
 from app.kafka.apis import APIS
+from tests.api.helpers import eventually
 from tests.protocol.data_plane import fetch_request, list_offsets_request, produce_request
 from tests.protocol.groups import (
     ASSIGNMENT,
@@ -610,10 +611,16 @@ async def test_offset_fetch_require_stable_sees_a_commit_in_flight(
     committer = await node.client("committer")
     try:
         pending = committer.send(commit)
-        await asyncio.sleep(0.2)
+
+        async def unstable() -> bool:
+            stable = await client.offset_fetch(
+                "rs", [("t1", 0)], require_stable=True, version=version
+            )
+            return fetched(stable, version) == [("t1", 0, -1, Error.UNSTABLE_OFFSET_COMMIT)]
+
+        # the node has the commit (a stable read sees it pending), and holds its reply
+        await eventually(unstable, what="the commit pending")
         assert not pending.done()
-        stable = await client.offset_fetch("rs", [("t1", 0)], require_stable=True, version=version)
-        assert fetched(stable, version) == [("t1", 0, -1, Error.UNSTABLE_OFFSET_COMMIT)]
         plain = await client.offset_fetch("rs", [("t1", 0)], version=version)
         # protocol.md §8.2: not yet durable
         assert fetched(plain, version) == [("t1", 0, 1, Error.NONE)]

@@ -19,12 +19,21 @@ from app.kafka.codec import request_class
 from app.kafka.group_apis import JoinGroupCall
 from app.kafka.limits import EARLY_WRITE_BYTES
 from app.kafka.server import KafkaConnection, _ParkedReply, _Slot
+from tests.api.helpers import eventually
 from tests.protocol.data_plane import fetch_request, produce_request
-from tests.protocol.groups import PROTOCOLS, describe, join, stable_group
+from tests.protocol.groups import PROTOCOLS, describe, join, stable_group, wait_for_state
 from tests.runtime.node_fixture import RunningNode
 from tests.support.kafka_client import KafkaTestClient, encode_request
 
 MAX_FRAME_BYTES = 1 << 20
+
+
+def _server_side(node: RunningNode, client: KafkaTestClient) -> KafkaConnection:
+    """The node's end of `client`'s connection."""
+    assert client._transport is not None
+    port = client._transport.get_extra_info("sockname")[1]
+    (conn,) = [c for c in node.server.connections if c._peer.endswith(f":{port}")]
+    return conn
 
 
 async def _assert_alive(node: RunningNode) -> None:
@@ -78,7 +87,9 @@ async def test_replies_wait_behind_a_parked_join_on_the_same_connection(
             request_class(18, 3)(client_software_name="x", client_software_version="1")
         )  # a synchronous handler
         hb0_fut = client.send(client.heartbeat_request("pipe", gen, member, version=0))
-        await asyncio.sleep(0.3)
+        # the node has read all four: the parked join and the three replies queued behind it
+        conn = _server_side(node, client)
+        await eventually(lambda: len(conn._slots) == 4, what="four requests held")
         assert not any(f.done() for f in (join_fut, hb_fut, av_fut, hb0_fut))
         # the leader's own connection is not held up by the other connection's parked join
         assert (await describe(leader, "pipe")).group_state == "PreparingRebalance"
@@ -137,7 +148,7 @@ async def test_a_reply_that_cannot_be_placed_closes_only_its_connection(
     try:
         member, gen = await stable_group(leader, "placed")
         parked = client.send(client.join_group_request("placed", protocols=PROTOCOLS, version=3))
-        await asyncio.sleep(0.2)
+        await wait_for_state(leader, "placed", "PreparingRebalance")  # the join is parked
         on_done = KafkaConnection._on_done
 
         def broken(self: KafkaConnection, slot: Any, entry: Any, *args: Any) -> None:
@@ -201,7 +212,8 @@ async def test_a_large_reply_leaves_before_the_next_members_replies_are_made(
             leader.send(leader.join_group_request("early", leader_id, protocols=big)),
             parked.send(parked.join_group_request("early", parked_joined.member_id, protocols=big)),
         ]
-        await asyncio.sleep(0.2)
+        held = [_server_side(node, c) for c in (leader, parked)]
+        await eventually(lambda: all(c._slots for c in held), what="both rejoins parked")
         completing = await last.join_group("early", last_joined.member_id, protocols=big)
         led, other = await asyncio.wait_for(asyncio.gather(*waiting), 10)
         monkeypatch.undo()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.runtime.placement import partition_for
 from storage.log import EventLog
+from tests.api.helpers import eventually
 from tests.runtime.node_fixture import running_node
 
 GROUP = "g-load"
@@ -86,12 +91,11 @@ async def test_a_fenced_partition_refuses_the_write_and_stops_serving(tmp_path: 
 
 
 async def test_a_record_that_cannot_be_replayed_fails_its_partition_alone(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The load names the record's offset in /cluster, retries with a backoff (no hot loop),
     and every other partition loads and serves."""
     import sqlite3
-    import time
 
     async with running_node(tmp_path) as n:
         c = await n.client()
@@ -113,15 +117,24 @@ async def test_a_record_that_cannot_be_replayed_fails_its_partition_alone(
         )
     db.close()
 
+    caplog.set_level(logging.WARNING, logger="app.runtime.leases")
     async with running_node(tmp_path, wait_loaded=False) as n:
-        started = time.monotonic()
-        while n.node.load_error(bad) is None or good not in n.node.partitions:
-            assert time.monotonic() - started < 10, "the load never failed"
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(4)
+
+        def failed_thrice() -> bool:
+            error = n.node.load_error(bad)
+            return error is not None and error["attempts"] >= 3 and good in n.node.partitions
+
+        await eventually(failed_thrice, timeout=20, what="three failed loads")
         error = n.node.load_error(bad)
         assert error is not None and error["offset"] == offset
-        assert 2 <= error["attempts"] <= 4  # 1 s, 2 s, 4 s: a backoff, not a loop per round
+        # 1 s, then 2 s between the attempts: a backoff, not a retry every lease round (1.25 s)
+        failed_at = [
+            r.created
+            for r in caplog.records
+            if r.getMessage().startswith(f"partition {bad} failed to load")
+        ]
+        gaps = [b - a for a, b in itertools.pairwise(failed_at)]
+        assert len(gaps) >= 2 and gaps[0] >= 0.95 and gaps[1] >= 1.95, gaps
         assert bad not in n.node.partitions or n.node.partitions[bad].core is None
         c = await n.client()
         fetch = await c.offset_fetch("good-group", [("t1", 0)])

@@ -17,11 +17,13 @@ import pytest
 from sqlalchemy import text
 
 from app.group.records import Record, RecordType
+from storage import sqlite_thread
 from storage.engine import WAL_AUTOCHECKPOINT_PAGES
 from storage.errors import StorageError
 from storage.log import AppendBatch, EventLog
 from storage.migrate import upgrade
 from storage.sqlite_thread import SqliteThread, WalCheckpointer
+from tests.api.helpers import eventually
 from tests.storage.conftest import sqlite_url
 from tests.storage.suite import EventLogSuite, read_all
 
@@ -133,12 +135,20 @@ async def test_the_checkpointer_copies_the_log_into_the_database_in_the_backgrou
 
 
 async def test_a_failing_checkpointer_warns_once_and_stops_cleanly(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    rounds: list[Path] = []  # a failed round closes its connection: each opens one
+
+    def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+        rounds.append(path)
+        return real_connect(path, busy_timeout_s)
+
+    real_connect = sqlite_thread._connect
+    monkeypatch.setattr(sqlite_thread, "_connect", connect)
     checkpointer = WalCheckpointer(tmp_path / "missing" / "log.db", 100, interval_s=0.01)
     with caplog.at_level(logging.WARNING, logger="storage.sqlite_thread"):
         checkpointer.start()
-        await asyncio.sleep(0.2)  # ~20 failed rounds
+        await eventually(lambda: len(rounds) >= 20, what="20 failed rounds")
         await asyncio.to_thread(checkpointer.stop)
     warnings = [r for r in caplog.records if "checkpointing" in r.getMessage()]
     assert len(warnings) == 1
