@@ -59,6 +59,7 @@ TIMED = {
     "tests/runtime/test_storage_faults.py": "times leases against a stopped PostgreSQL",
     "tests/runtime/test_clock_steps.py": "times leases against stepped clocks",
     "tests/sdk/test_membership_e2e.py": "worker restarts must beat a session timeout",
+    "tests/integration/test_acl_propagation.py": "an ACL must reach the other node within 3 s",
     # who leads is who joins first: 0.1 s apart, which a saturated machine can reorder
     "tests/differential/test_differential.py": "its scenarios order two members' joins in time",
     "tests/api/test_admin_loop.py": "bounds a heartbeat's round trip during an admin call",
