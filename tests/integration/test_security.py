@@ -7,8 +7,10 @@ The users are made with the real `coordinator users set` (password on stdin), th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiokafka  # noqa: F401  - a missing client library must fail the suite, not skip it
 import confluent_kafka
@@ -176,11 +178,29 @@ def test_no_group_read_is_the_clients_group_authorization_error(setup: Setup, cl
     assert '"outcome":"denied","principal":"User:bob"' in setup.node.log_text()
 
 
+def audit_lines(log_text: str) -> list[dict[str, Any]]:
+    """The `coordinator.audit` lines of a node's log, decoded."""
+    marker = " coordinator.audit: "
+    return [
+        json.loads(line.split(marker, 1)[1]) for line in log_text.splitlines() if marker in line
+    ]
+
+
 def test_anonymous_plaintext_is_denied_by_the_authorizer(setup: Setup) -> None:
+    logged = len(setup.node.log_text())
     with pytest.raises(ClientError) as failed:
         round_trip("confluent", setup.node.bootstrap, "team-anon", TOPIC, Security("PLAINTEXT"))
-    # no ACL names User:ANONYMOUS: the topic is not even described to it
-    assert failed.value.code in (
-        confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED,
-        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    ) or "no assignment" in str(failed.value)
+    # no ACL names User:ANONYMOUS: the group is refused, or the topic not even described to it
+    # (then the consumer has nothing assigned), and the node's audit trail says which
+    group_refused = failed.value.code == confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert (
+        group_refused
+        or failed.value.code == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        or "no assignment" in str(failed.value)
+    ), failed.value
+    denied = {
+        line["resource"]
+        for line in audit_lines(setup.node.log_text()[logged:])
+        if (line["outcome"], line["principal"]) == ("denied", "User:ANONYMOUS")
+    }
+    assert ("GROUP:team-anon" if group_refused else f"TOPIC:{TOPIC}") in denied, denied

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from sqlalchemy import exc as sa_exc
 
 from app.group.records import OffsetValue, offset_record
-from storage.errors import StorageError
+from storage.errors import FencedError, StorageError
 from storage.log import AppendBatch, EventLog
 from storage.migrate import upgrade_async
 
@@ -58,11 +59,12 @@ async def test_a_frozen_writer_does_not_block_the_takeover_of_its_partition(pg_u
                 await asyncio.sleep(0.1)  # lock_timeout: the next lease round tries again
         assert got == {0: epoch + 1}
         # when the frozen node wakes up, its transaction is gone and its writes are fenced
-        with pytest.raises(Exception):  # noqa: B017 - the server closed the session
+        with pytest.raises(sa_exc.DBAPIError):  # the server closed the session
             await tx.commit()
         value = OffsetValue(1, -1, "", 0, -1)
-        with pytest.raises(Exception):  # noqa: B017 - FencedError
+        with pytest.raises(FencedError) as fenced:
             await frozen.append([AppendBatch(0, epoch, 1, [offset_record("g", "t", 0, value)])])
+        assert (fenced.value.owner_node_id, fenced.value.current_epoch) == (2, epoch + 1)
         await conn.close()
     finally:
         await frozen.close()
