@@ -6,9 +6,10 @@ the same ACLs as the Kafka port with the client's address as the host. Without a
 without Basic credentials the API is open (the node refuses that on a non-loopback address
 unless COORD_ADMIN_ALLOW_INSECURE=true: cli/serve.py).
 
-Every mutation must say `Content-Type: application/json`, which a cross-site form or a
-no-CORS fetch cannot send: a browser holding Basic credentials cannot be made to change
-anything from another site. Every 401 and 403 writes one audit line here; every mutation
+Every mutation with a body must say `Content-Type: application/json`, which a cross-site form
+or a no-CORS fetch cannot send: a browser holding Basic credentials cannot be made to change
+anything from another site (a body-less DELETE needs no type: no form or no-CORS fetch can send
+a DELETE at all). Every 401 and 403 writes one audit line here; every mutation
 writes one in `api.app.AuditMutations`.
 """
 
@@ -243,9 +244,23 @@ def _session(request: Request) -> Caller | None:
     return sessions.get(sid, security_of(request), client_host(request))
 
 
+def has_body(request: Request) -> bool:
+    """Whether the request carries a body: a chunked one, or a Content-Length other than 0."""
+    headers = request.headers
+    if "transfer-encoding" in headers:
+        return True
+    return headers.get("content-length", "0").strip() != "0"
+
+
 def json_only(request: Request) -> None:
-    """415 for a mutation that is not `application/json` (cross-site requests cannot be)."""
+    """415 for a mutation that is not `application/json` (cross-site requests cannot be).
+
+    A DELETE without a body passes: no form can send a DELETE, and a cross-site fetch of one
+    needs a preflight the Origin check refuses (api/guards.py), so `curl -X DELETE` works as
+    an operator expects. A DELETE with a body still needs JSON."""
     if request.method not in MUTATIONS:
+        return
+    if request.method == "DELETE" and not has_body(request):
         return
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/json":

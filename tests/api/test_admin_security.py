@@ -339,9 +339,10 @@ async def test_mutations_must_be_json(acl_api: Api, caplog: pytest.LogCaptureFix
             },
         ),
         ("POST", "/groups/g/rebalance", {}),  # no body: a no-CORS fetch could send it
-        ("DELETE", "/groups/g", {}),
+        # a DELETE with a body needs JSON too (without one it needs no type: the next test)
+        ("DELETE", "/groups/g", {"content": b"{}", "headers": {"Content-Type": "text/plain"}}),
         ("PUT", "/users/eve", {"files": {"password": b"x"}}),
-        ("DELETE", "/acls?resource_type=ANY", {}),
+        ("DELETE", "/acls?resource_type=ANY", {"data": {"resource_type": "ANY"}}),
         ("PATCH", "/topics/t1", {"data": {"partitions": "5"}}),
     ]:
         headers = {**auth, **kwargs.pop("headers", {})}
@@ -359,6 +360,62 @@ async def test_mutations_must_be_json(acl_api: Api, caplog: pytest.LogCaptureFix
         headers={**auth, "Content-Type": "application/json; charset=utf-8"},
     )
     assert r.status_code == 201, r.text
+
+
+async def test_a_delete_without_a_body_needs_no_content_type(
+    acl_api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`curl -X DELETE -H 'Authorization: Bearer …' …/groups/G/static-members/I` as a new
+    user types it: no body, no Content-Type, and the member is gone. A DELETE with a body
+    still needs JSON, and a foreign Origin is refused before any route."""
+    caplog.set_level(logging.INFO, logger="coordinator.audit")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    ids = {"group_instance_ids": ["i-1", "i-2", "i-3"]}
+    r = await acl_api.http.post("/groups/g/static-members", json=ids, headers=BEARER)
+    assert r.status_code == 200, r.text
+    async with httpx.AsyncClient(base_url=acl_api.url) as curl:  # no default headers
+        caplog.clear()
+        r = await curl.delete("/groups/g/static-members/i-1", headers=auth)
+        assert "content-type" not in r.request.headers
+        assert r.status_code == 204, r.text
+        g = (await curl.get("/groups/g", headers=auth)).json()
+        assert sorted(g["registered_static_members"]) == ["i-2", "i-3"]
+        [line] = audit_lines(caplog)
+        assert (line["action"], line["outcome"], line["status"]) == (
+            "remove_static_member",
+            "success",
+            204,
+        )
+        # Content-Length: 0 is no body either
+        r = await curl.delete(
+            "/groups/g/static-members/i-2", headers={**auth, "Content-Length": "0"}
+        )
+        assert r.status_code == 204, r.text
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"{}"
+
+        for content in (b"{}", chunks()):  # sized, then chunked
+            r = await curl.request(
+                "DELETE",
+                "/groups/g/static-members/i-3",
+                content=content,
+                headers={**auth, "Content-Type": "text/plain"},
+            )
+            assert r.status_code == 415 and "application/json" in r.json()["detail"], r.text
+        # without a body, from another site: the Origin check refuses it before any route
+        r = await curl.delete(
+            "/groups/g/static-members/i-3", headers={**auth, "Origin": "https://evil.example"}
+        )
+        assert r.status_code == 403 and "cross-origin" in r.json()["detail"], r.text
+        g = (await curl.get("/groups/g", headers=auth)).json()
+        assert g["registered_static_members"] == ["i-3"]
+        # with a JSON body, as before
+        r = await curl.request(
+            "DELETE", "/groups/g/static-members/i-3", content=b"{}", headers={**auth, **JSON}
+        )
+        assert r.status_code == 204, r.text
+        assert (await curl.get("/groups/g", headers=auth)).json()["registered_static_members"] == []
 
 
 async def test_no_cors_unless_configured(tmp_path: Path) -> None:
