@@ -8,7 +8,7 @@ runtime hands back to `on_write_complete` once the append is durable or has fail
 Timers live in `self.timers` (key -> deadline); the runtime wakes `poll_timers(now)` at
 `next_deadline()`.
 
-  membership.py     JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+  members.py        JoinGroup, SyncGroup, Heartbeat, LeaveGroup
   rebalance.py      the join and sync phases, removing members, their timers
   registrations.py  static members registered ahead of a scale-up (admin API)
   offsets.py        OffsetCommit, OffsetFetch, OffsetDelete, retention, DeleteGroups
@@ -24,7 +24,7 @@ from typing import Any
 
 from app.group import view
 from app.group.config import CoreConfig
-from app.group.membership import Membership
+from app.group.members import Membership
 from app.group.messages import (
     DescribedGroup,
     Error,

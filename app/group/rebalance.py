@@ -1,6 +1,6 @@
 """The rebalance state machine (protocol.md §5): starting a rebalance, completing the join
 phase into a new generation, removing members, and the timers that drive them. The request
-handlers (membership.py) and the registrations call into it; it calls into neither.
+handlers (members.py) and the registrations call into it; it calls into neither.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from app import compiled
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 PROBE = (
-    "import app.compiled as c, app.kafka.server as s, app.group.membership as m; "
+    "import app.compiled as c, app.kafka.server as s, app.group.members as m; "
     "print(c.STATUS); print(s.__file__); print(m.__file__)"
 )
 # every compiled module and the library they share, from where they were loaded
@@ -66,10 +66,10 @@ def test_this_process_runs_what_its_environment_asks_for() -> None:
 
 
 def test_a_matching_build_loads_every_compiled_module(tree: Path) -> None:
-    status, server, membership = _probe(tree)
+    status, server, members = _probe(tree)
     assert status == f"compiled (mypyc, {len(compiled.source_files())} modules)"
     assert server == str(tree / ".build/compiled/app/kafka" / f"server{SUFFIX}")
-    assert membership.endswith(f"membership{SUFFIX}")
+    assert members.endswith(f"members{SUFFIX}")
     *modules, library = _probe(tree, EVERY)
     build = tree / ".build/compiled"
     assert modules == [
@@ -97,10 +97,10 @@ def test_every_async_handler_is_run_as_one() -> None:
 def test_an_edited_source_falls_back_to_the_interpreted_modules_all_of_them(tree: Path) -> None:
     server = tree / "app/kafka/server.py"
     server.write_text(server.read_text() + "\n# edited after the build\n")
-    status, server_file, membership = _probe(tree)
+    status, server_file, members = _probe(tree)
     assert status == "pure Python: the sources changed since the build (make install rebuilds it)"
     assert server_file == str(server)
-    assert membership == str(tree / "app/group/membership.py")  # not a mix
+    assert members == str(tree / "app/group/members.py")  # not a mix
 
 
 def test_an_edit_to_a_module_it_copies_constants_from_falls_back_too(tree: Path) -> None:
@@ -112,10 +112,10 @@ def test_an_edit_to_a_module_it_copies_constants_from_falls_back_too(tree: Path)
 
 
 def test_a_build_missing_a_module_is_not_loaded(tree: Path) -> None:
-    (tree / ".build/compiled/app/group" / f"membership{SUFFIX}").unlink()
+    (tree / ".build/compiled/app/group" / f"members{SUFFIX}").unlink()
     status, server, _ = _probe(tree)
     assert status.startswith("pure Python: the build lacks ") and status.endswith(
-        f"membership{SUFFIX}"
+        f"members{SUFFIX}"
     )
     assert server == str(tree / "app/kafka/server.py")
 
