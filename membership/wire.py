@@ -1,23 +1,27 @@
 """One connection to a Kafka-protocol server: frames, correlation ids, version negotiation, TLS
-and SASL. Encoding and decoding are kio's (the project's codec); nothing here knows the group
-protocol.
+and SASL. Encoding and decoding are kio's; the SDK builds its requests itself, so it installs
+and runs without the coordinator's server. Nothing here knows the group protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import io
 import itertools
 import ssl as ssl_module
 import struct
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-
-from app.kafka.codec import build
 
 _SIZE = struct.Struct(">i")
 API_VERSIONS = 18
@@ -66,6 +70,128 @@ def sasl_client_tokens(mechanism: str, user: str, password: str) -> Iterator[Sas
     yield SaslStep(
         scram.get_client_final().encode(), lambda data: scram.set_server_final(data.decode())
     )
+
+
+def _unwrap(tp: Any) -> tuple[Any, bool]:
+    """`X | None` -> (X, True); anything else -> (it, False)."""
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    kafka_type: str  # "" for an entity
+    optional: bool
+    array: bool
+    entity: type[Any] | None
+    required: bool  # no default in the schema
+
+
+_FIELDS: dict[type[Any], tuple[_Field, ...]] = {}
+
+
+def _fields(cls: type[Any]) -> tuple[_Field, ...]:
+    cached = _FIELDS.get(cls)
+    if cached is None:
+        cached = _FIELDS[cls] = _read_fields(cls)
+    return cached
+
+
+def _read_fields(cls: type[Any]) -> tuple[_Field, ...]:
+    out = []
+    for f in dataclasses.fields(cls):
+        tp, optional = _unwrap(f.type)
+        array = typing.get_origin(tp) is tuple
+        if array:
+            tp, _ = _unwrap(typing.get_args(tp)[0])
+        out.append(
+            _Field(
+                name=f.name,
+                kafka_type=str(f.metadata.get("kafka_type", "")),
+                optional=optional,
+                array=array,
+                entity=tp if dataclasses.is_dataclass(tp) and isinstance(tp, type) else None,
+                required=f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING,
+            )
+        )
+    return tuple(out)
+
+
+_ZEROS: dict[str, Any] = {
+    "string": "",
+    "bytes": b"",
+    "records": b"",
+    "bool": False,
+    "error_code": ErrorCode.none,
+    "timedelta_i32": timedelta(0),
+    "timedelta_i64": timedelta(0),
+    "float64": 0.0,
+}
+
+
+def _value(field: _Field, value: Any) -> Any:
+    if value is None:
+        return None
+    if field.array:
+        return tuple(_value(dataclasses.replace(field, array=False), item) for item in value)
+    if field.entity is not None and isinstance(value, Mapping):
+        return build(field.entity, **value)
+    if field.kafka_type.startswith("timedelta") and not isinstance(value, timedelta):
+        return timedelta(milliseconds=int(value))
+    return value
+
+
+def _zero(field: _Field) -> Any:
+    """A field nobody set: null when nullable, else its type's zero."""
+    if field.optional:
+        return None
+    if field.array:
+        return ()
+    if field.entity is not None:
+        return build(field.entity)
+    return _ZEROS.get(field.kafka_type, 0)
+
+
+@functools.cache
+def _request_field_names(api_key: int) -> frozenset[str]:
+    """Every field name of every version of one API's request, nested entities included."""
+    names: set[str] = set()
+    classes: list[type[Any]] = []
+    for version in range(64):
+        with contextlib.suppress(UnknownEntity):
+            classes.append(load_request_schema(api_key, version))
+    seen: set[type[Any]] = set()
+    while classes:
+        cls = classes.pop()
+        if cls not in seen:
+            seen.add(cls)
+            names.update(f.name for f in _fields(cls))
+            classes.extend(f.entity for f in _fields(cls) if f.entity is not None)
+    return frozenset(names)
+
+
+def build(cls: type[Any], /, **values: Any) -> Any:
+    """A kio entity of one version from version-free values: keys the version lacks are
+    dropped (one call serves every version), fields not given get their schema default or
+    zero, nested entities may be mappings and durations int milliseconds. A key no version of
+    the request has is a typo, and fails."""
+    api_key = getattr(cls, "__api_key__", None)
+    if api_key is not None and values:
+        unknown = values.keys() - _request_field_names(int(api_key))
+        if unknown:
+            raise TypeError(f"{cls.__name__}: no version has field(s) {sorted(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for field in _fields(cls):
+        if field.name in values:
+            kwargs[field.name] = _value(field, values[field.name])
+        elif field.required:
+            kwargs[field.name] = _zero(field)
+    return cls(**kwargs)
 
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:

@@ -1,8 +1,10 @@
-"""examples/ against a real node, as a newcomer runs them after `make run`; and the blocking
-wrapper from plain threaded code."""
+"""examples/ against a real node, as a newcomer runs them after `make run`; the blocking
+wrapper from plain threaded code; and the SDK standing alone: a process that uses it loads
+nothing of the server."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -102,3 +104,37 @@ def test_consumers_example_forms_a_group_on_demo(tmp_path: Path) -> None:
         split |= len(last) == 3 and held == [f"demo:{p}" for p in range(6)]
     assert sorted(last) == ["consumer-1", "consumer-2", "consumer-3"], out
     assert split, out
+
+
+# a process on the SDK alone: a member elected by a real node, then what it had loaded
+STANDALONE = """
+import asyncio, json, sys
+from membership import WorkDistributor
+
+async def main():
+    async with WorkDistributor(sys.argv[1], "standalone", ["a", "b"]) as work:
+        await work.member.wait_assigned(30)
+        return sorted(work.items)
+
+items = asyncio.run(main())
+server = ("app", "storage", "api", "cli", "pipeline", "bench", "tests")
+print(json.dumps({
+    "items": items,
+    "server_modules": sorted(m for m in sys.modules if m.split(".")[0] in server),
+    "finders": [type(f).__module__ + "." + type(f).__qualname__ for f in sys.meta_path],
+}))
+"""
+
+
+def test_the_sdk_loads_nothing_of_the_server(node: CoordinatorProcess) -> None:
+    # run from the checkout, where `app` is importable: nothing may import it
+    r = subprocess.run(
+        [sys.executable, "-c", STANDALONE, node.bootstrap],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    seen = json.loads(r.stdout.splitlines()[-1])
+    assert seen["items"] == ["a", "b"]
+    assert seen["server_modules"] == []
+    # app/__init__.py installs the compiled hot path's finder (app/compiled.py) on import
+    assert not [f for f in seen["finders"] if f.startswith("app.")], seen["finders"]

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "storage", "api", "cli", "pipeline", "bench")
+PACKAGES = ("app", "storage", "api", "cli", "pipeline", "bench", "membership")
 # modules whose imports must not form a cycle
-ACYCLIC = ("app", "storage", "api", "cli", "pipeline")
+ACYCLIC = ("app", "storage", "api", "cli", "pipeline", "membership")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +221,11 @@ RULES = [
         "the audit decodes records with the core's codecs and places groups by Kafka's rule; "
         "it never reaches into a running node",
         allowed=("app.group", "app.runtime.placement"),
+    ),
+    Rule(
+        "membership",
+        ("app", "storage", "api", "cli", "pipeline", "bench", "tests"),
+        "the client SDK installs and runs without the server: kio is its codec",
     ),
     Rule(
         "bench",
