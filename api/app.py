@@ -1,29 +1,29 @@
 """FastAPI admin surface of a node: /groups, /topics, /cluster, /acls, /users, health, metrics.
 
-Thin routers over `app.admin.AdminService` and the node's `SecurityManager`; a call about a
-group another node owns is redirected there (307 keeps the method and body; the CLI follows it,
-but only to an admin URL the cluster lists). Who may call what: `api.deps`.
+Thin routers over `app.admin.AdminService` (ACLs and users through its `SecurityAdmin`); its
+typed outcomes become HTTP answers in `api.errors`, and a call about a group another node owns
+is redirected there (307 keeps the method and body; the CLI follows it, but only to an admin
+URL the cluster lists). Who may call what: `api.deps`; asking the other nodes: `api.peers`.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import ui
+from api import errors, ui
 from api.deps import MUTATIONS, Caller
+from api.errors import raw_path
 from api.guards import AdminGuard, allowed_hosts, names
+from api.peers import Peers
 from api.routers import acls, cluster, groups, topics, users
 from api.sessions import ConsoleSessions
-from app.admin import AdminError, AdminService, Elsewhere
+from app.admin import AdminService
 from app.config import advertised_admin_url
 from app.runtime.node import CoordinatorNode
 from app.security.audit import audit
@@ -47,7 +47,8 @@ def create_app(
         description="Operate the Kafka group coordinator: groups, static members, topics, "
         "ACLs and SCRAM users.",
     )
-    app.state.admin = AdminService(node)
+    app.state.admin = AdminService(node, security)
+    app.state.peers = Peers(app.state.admin)
     app.state.token = token or None
     app.state.security = security
     app.include_router(cluster.router)
@@ -61,35 +62,7 @@ def create_app(
     delay_ms = getattr(settings, "failed_authentication_delay_ms", 100)
     app.state.logins = security.logins if security else FailedLogins(delay_ms / 1000)
 
-    @app.exception_handler(AdminError)
-    async def admin_error(_: Request, exc: AdminError) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status)
-
-    @app.exception_handler(Elsewhere)
-    async def elsewhere(request: Request, exc: Elsewhere) -> Response:
-        # exc.admin_url is what the owner registered (COORD_ADVERTISED_ADMIN_URL or a concrete
-        # listen address), never anything the request said
-        if not exc.admin_url:
-            return JSONResponse(
-                {"detail": f"owned by node {exc.node_id}, whose admin URL is unknown"},
-                status_code=503,
-            )
-        # the path exactly as the client sent it: decoding it here and again on the next node
-        # would turn group "a%61" into "aa"
-        target = exc.admin_url.rstrip("/") + raw_path(request.scope)
-        if request.url.query:
-            target += "?" + request.url.query
-        request.state.detail = {"location": target}
-        return RedirectResponse(target, status_code=307)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        # loc and msg only: the input (a password, say) is never echoed
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        return JSONResponse({"detail": problems or "invalid request"}, status_code=422)
-
+    errors.install(app)
     app.add_middleware(AuditMutations)
     origins = cors_origins(getattr(settings, "admin_cors_origins", "") or "")
     if origins:
@@ -141,11 +114,6 @@ def uvicorn_config(app: FastAPI, settings: Any, **overrides: Any) -> uvicorn.Con
 def cors_origins(value: str) -> list[str]:
     """COORD_ADMIN_CORS_ORIGINS: a comma list of origins; empty = no CORS headers at all."""
     return [o.rstrip("/") for o in names(value)]
-
-
-def raw_path(scope: MutableMapping[str, Any]) -> str:
-    raw = scope.get("raw_path")
-    return raw.decode("latin-1") if raw else quote(scope["path"])
 
 
 class AuditMutations:

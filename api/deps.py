@@ -30,7 +30,7 @@ from fastapi.security.base import SecurityBase
 
 from api import peers
 from api.sessions import ConsoleSessions
-from app.admin import AdminService
+from app.admin import AdminService, SecurityAdmin
 from app.runtime.runtime import now_ms
 from app.security.acl import AclOperation, ResourceType
 from app.security.audit import audit
@@ -184,11 +184,13 @@ async def authenticate(
     return caller
 
 
-async def peer_headers(request: Request, caller: Caller) -> dict[str, str]:
-    """What this node sends another when it lists that node's groups for `caller`."""
-    key = await admin_service(request).peer_key()
+async def cluster_groups(
+    request: Request, caller: Caller, state: str | None
+) -> list[dict[str, Any]]:
+    """The groups of every live node, the others asked on `caller`'s behalf (api/peers.py)."""
+    fan_out: peers.Peers = request.app.state.peers
     claim = peers.Claim(caller.principal, caller.source, caller.full)
-    return {"Authorization": peers.mint(key, claim, now_ms())}
+    return await fan_out.list_groups(claim, state)
 
 
 def token_matches(token: str, given: str) -> Callable[[], Awaitable[bool]]:
@@ -323,7 +325,13 @@ def access(request: Request, caller: CallerDep) -> Access:
     return Access(request, caller)
 
 
+def security_admin(request: Request) -> SecurityAdmin:
+    """ACLs and users (a 503 before anything else when the node runs without them)."""
+    return admin_service(request).security_admin()
+
+
 AdminDep = Annotated[AdminService, Depends(admin_service)]
+SecurityAdminDep = Annotated[SecurityAdmin, Depends(security_admin)]
 AccessDep = Annotated[Access, Depends(access)]
 # every route but the probes: who is calling, and mutations in JSON only
 AdminAuth = Depends(authenticate)

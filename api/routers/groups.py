@@ -14,7 +14,8 @@ from urllib.parse import unquote
 
 from fastapi import APIRouter, Header, Query, Request
 
-from api.deps import PROTECTED, Access, AccessDep, AdminDep, peer_headers
+from api.deps import PROTECTED, Access, AccessDep, AdminDep, cluster_groups
+from api.peers import LOCAL_HEADER
 from api.schemas import OffsetsIn, RebalanceIn, StaticMembersIn
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -44,15 +45,14 @@ async def list_groups(
     admin: AdminDep,
     access: AccessDep,
     state: str | None = Query(default=None, pattern=STATES),
-    local: str | None = Header(default=None, alias="X-Coordinator-Local"),
+    local: str | None = Header(default=None, alias=LOCAL_HEADER),
 ) -> list[dict[str, Any]]:
     """Every group of the cluster (each node adds the groups of the partitions it owns), as
     ListGroups: only those the caller may DESCRIBE, unless it may DESCRIBE the cluster."""
     if local or access.caller.peer:
         groups = admin.list_groups(state)
     else:
-        headers = await peer_headers(request, access.caller)
-        groups = await admin.list_all_groups(state, headers)
+        groups = await cluster_groups(request, access.caller, state)
     if access.allowed(DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return groups
     return [g for g in groups if access.allowed(DESCRIBE, GROUP, g["group_id"])]

@@ -34,14 +34,15 @@ from api.deps import (
     Caller,
     authenticate,
     client_host,
+    cluster_groups,
     login,
     password_matches,
-    peer_headers,
     security_of,
     token_matches,
 )
+from api.errors import status_of
 from api.sessions import ConsoleSessions
-from app.admin import AdminError, AdminService
+from app.admin import AdminError, AdminService, NotFound
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.security.audit import audit
 from app.security.principal import user
@@ -189,9 +190,8 @@ async def groups_page(request: Request, state: str = "", q: str = "") -> Respons
     if isinstance(caller, Response):
         return caller
     access = Access(request, caller)
-    admin = admin_of(request)
     wanted = state if state in STATES else None
-    groups = await admin.list_all_groups(wanted, await peer_headers(request, caller))
+    groups = await cluster_groups(request, caller, wanted)
     if not access.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         groups = [
             g for g in groups
@@ -226,8 +226,8 @@ async def group_page(request: Request, group_id: str) -> Response:
     try:
         g = admin.describe_group(group_id)
     except AdminError as e:
-        title = "Unknown group" if e.status == 404 else "Group unavailable"
-        return error_page(request, e.status, title, e.message)
+        title = "Unknown group" if isinstance(e, NotFound) else "Group unavailable"
+        return error_page(request, status_of(e), title, e.message)
     if not access.caller.full:
         g["offsets"] = [
             o for o in g["offsets"]

@@ -535,16 +535,16 @@ async def test_every_mutation_writes_one_audit_line(
 
 async def test_users_api(acl_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     http = acl_api.http
-    import api.routers.users as users_router
+    import app.admin.security as security_admin
 
     threads: list[str] = []
-    real = users_router.make_credential
+    real = security_admin.make_credential
 
     def spy(*args: Any) -> Any:
         threads.append(threading.current_thread().name)
         return real(*args)
 
-    monkeypatch.setattr(users_router, "make_credential", spy)
+    monkeypatch.setattr(security_admin, "make_credential", spy)
     r = await http.put(
         "/users/dave",
         json={"mechanism": "scram-sha-256", "password": "d4ve", "iterations": 8192},

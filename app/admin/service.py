@@ -1,20 +1,28 @@
-"""The admin facade: what the REST API and the CLI can do, in Kafka's terms.
+"""The admin service: what the REST API and the console can do, in Kafka's terms.
 
 Routers parse and format; every rule lives here or in the core. Views read the pure core's
-state; changes go through the core like any Kafka request (write, then reply).
+state; changes go through the core like any Kafka request (write, then reply). A call that
+cannot be done raises a typed outcome (app/admin/errors.py); a group another node serves
+raises NotCoordinator. Nothing here speaks HTTP: asking the other nodes is api/peers.py's.
 """
 
 from __future__ import annotations
 
-import base64
-import logging
-import ssl
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from app.config import is_loopback
-from app.group.consumer_protocol import decode_assignment, decode_subscription
+from app.admin.errors import (
+    AdminError,
+    Conflict,
+    InvalidGroupId,
+    InvalidRequest,
+    NotCoordinator,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
+from app.admin.security import SecurityAdmin
+from app.admin.views import assignment_view, mark_view, offsets_view, subscription_view
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import (
     AdminOutcome,
@@ -31,93 +39,42 @@ from app.group.messages import (
 from app.group.records import RecordType, decode_group_value, group_key
 from app.group.results import Result
 from app.group.state import GroupState
-from app.group.timeline import TimelineMark, timeline
-from app.group.view import GroupView, OffsetView
+from app.group.timeline import timeline
+from app.group.view import GroupView
 from app.runtime.node import CoordinatorNode
 from app.runtime.placement import partition_for
 from app.runtime.runtime import METADATA_PARTITION, PartitionState, now_ms
+from app.security.manager import SecurityManager
 from app.service import CoordinatorError
 
-log = logging.getLogger(__name__)
-
-
-class AdminError(Exception):
-    """An admin call that cannot be done; `status` is the HTTP status to answer."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class Elsewhere(Exception):
-    """The group's partition is owned by another node: ask it.
-
-    A plain exception, not a frozen dataclass: Starlette clears `exc.__traceback__` after the
-    handler answered, which a frozen (slotted) dataclass refuses with a TypeError."""
-
-    def __init__(self, node_id: int, admin_url: str | None) -> None:
-        super().__init__(node_id, admin_url)
-        self.node_id = node_id
-        self.admin_url = admin_url
-
-
-def _bytes_view(data: bytes) -> dict[str, Any]:
-    return {"size": len(data), "base64": base64.b64encode(data).decode()}
-
-
-def subscription_view(protocol_type: str | None, data: bytes) -> dict[str, Any]:
-    if protocol_type == "consumer" and data:
-        try:
-            s = decode_subscription(data)
-        except Exception:  # opaque bytes that are not what they claim: show them raw
-            return _bytes_view(data)
-        return {
-            "version": s.version,
-            "topics": list(s.topics),
-            "owned_partitions": [
-                {"topic": t, "partitions": list(p)} for t, p in s.owned_partitions
-            ],
-            "generation_id": s.generation_id,
-            "rack_id": s.rack_id,
-            "user_data_size": len(s.user_data or b""),
-        }
-    return _bytes_view(data)
-
-
-def assignment_view(protocol_type: str | None, data: bytes) -> dict[str, Any]:
-    if protocol_type == "consumer" and data:
-        try:
-            a = decode_assignment(data)
-        except Exception:
-            return _bytes_view(data)
-        return {
-            "version": a.version,
-            "partitions": [{"topic": t, "partitions": list(p)} for t, p in a.partitions],
-            "user_data_size": len(a.user_data or b""),
-        }
-    return _bytes_view(data)
-
-
-# what an admin outcome answers over HTTP (the core says what happened; this says the status)
-_OUTCOME_STATUS = {
-    AdminOutcome.DONE: 200,
-    AdminOutcome.INVALID: 422,
-    AdminOutcome.NO_SUCH_GROUP: 404,
-    AdminOutcome.GROUP_EMPTY: 409,
-    AdminOutcome.NOT_REGISTERED: 404,
-    AdminOutcome.NOT_WRITTEN: 503,
+# what a core's admin outcome raises (DONE raises nothing)
+_OUTCOME_ERROR: dict[AdminOutcome, type[AdminError]] = {
+    AdminOutcome.INVALID: InvalidRequest,
+    AdminOutcome.NO_SUCH_GROUP: NotFound,
+    AdminOutcome.GROUP_EMPTY: Conflict,
+    AdminOutcome.NOT_REGISTERED: NotFound,
+    AdminOutcome.NOT_WRITTEN: Unavailable,
 }
 
 
 class AdminService:
-    def __init__(self, node: CoordinatorNode) -> None:
+    """The node's admin operations; `security` (the node's SecurityManager, if it runs one)
+    serves the ACL and user operations (`security_admin`)."""
+
+    def __init__(self, node: CoordinatorNode, security: SecurityManager | None = None) -> None:
         self.node = node
+        self._security = SecurityAdmin(security) if security is not None else None
         self._peer_key: bytes | None = None
-        self._warned: set[str] = set()  # plain-http peers left out, logged once each
+
+    def security_admin(self) -> SecurityAdmin:
+        """ACLs and SCRAM users; Unavailable (SECURITY_DISABLED) without a security manager."""
+        if self._security is None:
+            raise Unavailable("this node runs without a security manager")
+        return self._security
 
     async def peer_key(self) -> bytes:
-        """The key node credentials are signed with (shared through the store)."""
+        """The key every node of the store shares (cluster_meta, made on first use): what the
+        admin API signs one node's requests to another with."""
         if self._peer_key is None:
             self._peer_key = await self.node.log.ensure_peer_key()
         return self._peer_key
@@ -125,21 +82,21 @@ class AdminService:
     # -- routing ------------------------------------------------------------------------------
 
     def _serves(self, group_id: str) -> None:
-        """Return if this node serves the group now; raises Elsewhere/AdminError."""
+        """Return if this node serves the group now; raises NotCoordinator or an AdminError."""
         if not group_id:
-            raise AdminError(400, "group id must not be empty")
+            raise InvalidGroupId("group id must not be empty")
         if len(group_id) > self.node.runtime.max_group_id_length:
-            raise AdminError(422, f"group id of {len(group_id)} characters is too long")
+            raise InvalidRequest(f"group id of {len(group_id)} characters is too long")
         node = self.node
         pid = partition_for(group_id, node.log_partitions)
         p = node.partitions.get(pid)
         if p is None:
             owner = node.owner_of(pid)
             if owner is None:
-                raise AdminError(503, f"log partition {pid} of group {group_id!r} has no owner yet")
-            raise Elsewhere(owner, node.admin_urls.get(owner))
+                raise Unavailable(f"log partition {pid} of group {group_id!r} has no owner yet")
+            raise NotCoordinator(owner, node.admin_urls.get(owner))
         if p.state is not PartitionState.ACTIVE or p.core is None:
-            raise AdminError(503, f"log partition {pid} is still loading; retry shortly")
+            raise Unavailable(f"log partition {pid} is still loading; retry shortly")
 
     def _view(self, group_id: str) -> GroupView | None:
         """The group as the core shows it; None if it does not exist (or is being deleted)."""
@@ -147,12 +104,12 @@ class AdminService:
         try:
             return self.node.schedule_read(group_id, lambda core, now: core.describe(group_id))
         except CoordinatorError as e:
-            raise AdminError(503, f"this node does not serve the group right now ({e})") from e
+            raise Unavailable(f"this node does not serve the group right now ({e})") from e
 
     def _existing(self, group_id: str) -> GroupView:
         g = self._view(group_id)
         if g is None:
-            raise AdminError(404, f"group {group_id!r} does not exist")
+            raise NotFound(f"group {group_id!r} does not exist")
         return g
 
     async def _write(
@@ -161,7 +118,7 @@ class AdminService:
         try:
             return await self.node.schedule_write(name, group_id, op)
         except CoordinatorError as e:
-            raise AdminError(503, f"this node does not serve the group right now ({e})") from e
+            raise Unavailable(f"this node does not serve the group right now ({e})") from e
 
     # -- groups -------------------------------------------------------------------------------
 
@@ -218,7 +175,7 @@ class AdminService:
             "protocol_name": proto,
             "leader": g.leader_id,
             "members": members,
-            "offsets": _offsets(g.offsets),
+            "offsets": offsets_view(g.offsets),
         }
 
     async def group_timeline(self, group_id: str) -> list[dict[str, Any]]:
@@ -227,7 +184,7 @@ class AdminService:
         pid = partition_for(group_id, self.node.log_partitions)
         rows = await self.node.log.key_history(pid, RecordType.GROUP_METADATA, group_key(group_id))
         if not rows:
-            raise AdminError(404, f"group {group_id!r} has no records")
+            raise NotFound(f"group {group_id!r} has no records")
         decoded = []
         for offset, at_ms, value in rows:
             try:
@@ -236,10 +193,10 @@ class AdminService:
                 )
             except Exception:  # a record this version cannot read: leave it out, not the page
                 continue
-        return [_mark(m) for m in timeline(decoded)]
+        return [mark_view(m) for m in timeline(decoded)]
 
     def group_offsets(self, group_id: str) -> list[dict[str, Any]]:
-        return _offsets(self._existing(group_id).offsets)
+        return offsets_view(self._existing(group_id).offsets)
 
     async def set_offsets(
         self, group_id: str, offsets: list[tuple[str, int, int]]
@@ -247,18 +204,18 @@ class AdminService:
         """Like kafka-consumer-groups --reset-offsets: only while the group has no members."""
         g = self._view(group_id)
         if g is not None and g.state is not GroupState.EMPTY:
-            raise AdminError(
-                409, f"group {group_id!r} is {g.state.value}; offsets can be set only when Empty"
+            raise Conflict(
+                f"group {group_id!r} is {g.state.value}; offsets can be set only when Empty"
             )
         if not offsets:
-            raise AdminError(422, "no offsets given")
+            raise InvalidRequest("no offsets given")
         self._within_request_bound("offsets", len(offsets))
         topics = self.node.topics
         for topic, partition, offset in offsets:
             if topic not in topics or not 0 <= partition < topics[topic]:
-                raise AdminError(422, f"unknown topic partition {topic}-{partition}")
+                raise InvalidRequest(f"unknown topic partition {topic}-{partition}")
             if offset < 0:
-                raise AdminError(422, f"offset of {topic}-{partition} must be >= 0")
+                raise InvalidRequest(f"offset of {topic}-{partition} must be >= 0")
         req = OffsetCommitRequest(
             group_id=group_id,
             generation_id=-1,
@@ -271,9 +228,7 @@ class AdminService:
         )
         failed = [r for r in response.partitions if r.error is not Error.NONE]
         if failed:
-            raise AdminError(
-                409, "; ".join(f"{r.topic}-{r.partition}: {r.error.name}" for r in failed)
-            )
+            raise Conflict("; ".join(f"{r.topic}-{r.partition}: {r.error.name}" for r in failed))
         return self.group_offsets(group_id)
 
     async def delete_group(self, group_id: str) -> None:
@@ -282,11 +237,11 @@ class AdminService:
             "DeleteGroups", group_id, lambda core, h, now: core.delete_group(h, group_id, now)
         )
         if result.error is Error.GROUP_ID_NOT_FOUND:
-            raise AdminError(404, f"group {group_id!r} does not exist")
+            raise NotFound(f"group {group_id!r} does not exist")
         if result.error is Error.NON_EMPTY_GROUP:
-            raise AdminError(409, f"group {group_id!r} still has members")
+            raise Conflict(f"group {group_id!r} still has members")
         if result.error is not Error.NONE:
-            raise AdminError(503, f"could not delete group {group_id!r}: {result.error.name}")
+            raise Unavailable(f"could not delete group {group_id!r}: {result.error.name}")
 
     async def register_static_members(
         self, group_id: str, instance_ids: list[str], expansion_timeout_ms: int
@@ -318,20 +273,19 @@ class AdminService:
         the same loop): COORD_MAX_REQUEST_ELEMENTS."""
         bound = self.node.settings.max_request_elements
         if count > bound:
-            raise AdminError(
-                413, f"{count} {what} in one request; at most {bound} (COORD_MAX_REQUEST_ELEMENTS)"
+            raise TooLarge(
+                f"{count} {what} in one request; at most {bound} (COORD_MAX_REQUEST_ELEMENTS)"
             )
 
     @staticmethod
     def _raise_for(result: AdminResult, group_id: str) -> None:
-        status = _OUTCOME_STATUS[result.outcome]
-        if status == 200:
+        if result.outcome is AdminOutcome.DONE:
             return
         if result.outcome is AdminOutcome.GROUP_EMPTY:
-            raise AdminError(409, f"group {group_id!r} is Empty: there is nothing to rebalance")
+            raise Conflict(f"group {group_id!r} is Empty: there is nothing to rebalance")
         if result.outcome is AdminOutcome.NO_SUCH_GROUP:
-            raise AdminError(404, f"group {group_id!r} does not exist")
-        raise AdminError(status, result.message or result.error.name)
+            raise NotFound(f"group {group_id!r} does not exist")
+        raise _OUTCOME_ERROR[result.outcome](result.message or result.error.name)
 
     async def remove_static_member(self, group_id: str, instance_id: str) -> None:
         g = self._existing(group_id)
@@ -349,56 +303,18 @@ class AdminService:
         )
         error = response.members[0].error if response.members else response.error
         if error is Error.UNKNOWN_MEMBER_ID:
-            raise AdminError(404, f"no static member {instance_id!r} in group {group_id!r}")
+            raise NotFound(f"no static member {instance_id!r} in group {group_id!r}")
         if error is not Error.NONE:
-            raise AdminError(503, f"could not remove {instance_id!r}: {error.name}")
+            raise Unavailable(f"could not remove {instance_id!r}: {error.name}")
 
-    async def list_all_groups(
-        self, state: str | None = None, headers: dict[str, str] | None = None
-    ) -> list[dict[str, Any]]:
-        """Groups of the whole cluster: this node's, plus every other live node's, asked with
-        `headers` (the caller's node credential, api/peers.py): never this node's token."""
-        groups = self.list_groups(state)
-        others = [
+    def peer_admin_urls(self) -> list[str]:
+        """The admin URLs of the other live nodes (each serves its own groups)."""
+        node = self.node
+        return [
             url
-            for n, url in self.node.admin_urls.items()
-            if n != self.node.node_id and n in self.node.live_brokers and self._may_ask(url)
+            for n, url in node.admin_urls.items()
+            if n != node.node_id and n in node.live_brokers
         ]
-        if others:
-            import httpx
-
-            params = {"state": state} if state else {}
-            sent = {**(headers or {}), "X-Coordinator-Local": "1"}
-            # https admin URLs of the other nodes: trusted through COORD_SSL_CAFILE if set
-            cafile = self.node.settings.ssl_cafile
-            verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
-            async with httpx.AsyncClient(timeout=5, verify=verify) as client:
-                for url in others:
-                    try:
-                        r = await client.get(
-                            url.rstrip("/") + "/groups", params=params, headers=sent
-                        )
-                        if r.status_code == 200:
-                            groups.extend(r.json())
-                    except httpx.HTTPError:
-                        continue  # a node that is going away: its groups move soon
-        return sorted({g["group_id"]: g for g in groups}.values(), key=lambda g: g["group_id"])
-
-    def _may_ask(self, url: str) -> bool:
-        """https, or http to a loopback address, or COORD_ADMIN_PEER_PLAINTEXT: a caller's
-        credential crosses no network in the clear unless the operator said so."""
-        parts = urlsplit(url)
-        if parts.scheme == "https" or self.node.settings.admin_peer_plaintext:
-            return True
-        loopback = is_loopback(parts.hostname or "")
-        if not loopback and url not in self._warned:
-            self._warned.add(url)
-            log.warning(
-                "not listing the groups of %s: it is plain http to another machine "
-                "(COORD_ADMIN_PEER_PLAINTEXT=true allows it; https is better)",
-                url,
-            )
-        return loopback
 
     def cluster_view(self) -> dict[str, Any]:
         node = self.node
@@ -456,16 +372,16 @@ class AdminService:
 
     async def create_topic(self, name: str, partitions: int) -> dict[str, int]:
         if name in self.node.topics:
-            raise AdminError(409, f"topic {name!r} already exists")
+            raise Conflict(f"topic {name!r} already exists")
         return await self._put_topic(name, partitions)
 
     async def grow_topic(self, name: str, partitions: int) -> dict[str, int]:
         current = self.node.topics.get(name)
         if current is None:
-            raise AdminError(404, f"topic {name!r} does not exist")
+            raise NotFound(f"topic {name!r} does not exist")
         if partitions < current:
-            raise AdminError(
-                422, f"topic {name!r} has {current} partitions; partitions can only grow"
+            raise InvalidRequest(
+                f"topic {name!r} has {current} partitions; partitions can only grow"
             )
         if partitions == current:
             return {name: current}
@@ -477,35 +393,6 @@ class AdminService:
         except CoordinatorError as e:
             owner = self.node.owner_of(-1)
             if owner is None:
-                raise AdminError(503, str(e)) from e
-            raise Elsewhere(owner, self.node.admin_urls.get(owner)) from e
+                raise Unavailable(str(e)) from e
+            raise NotCoordinator(owner, self.node.admin_urls.get(owner)) from e
         return {name: self.node.topics[name]}
-
-
-def _mark(m: TimelineMark) -> dict[str, Any]:
-    return {
-        "offset": m.offset,
-        "at_ms": m.at_ms,
-        "kind": m.kind,
-        "generation": m.generation,
-        "reason": m.reason,
-        "duration_ms": m.duration_ms,
-        "members": m.members,
-        "members_in": list(m.members_in),
-        "members_out": list(m.members_out),
-        "partitions_moved": m.partitions_moved,
-    }
-
-
-def _offsets(offsets: tuple[OffsetView, ...]) -> list[dict[str, Any]]:
-    return [
-        {
-            "topic": o.topic,
-            "partition": o.partition,
-            "offset": o.offset,
-            "leader_epoch": o.leader_epoch,
-            "metadata": o.metadata,
-            "commit_timestamp_ms": o.commit_timestamp_ms,
-        }
-        for o in offsets
-    ]
