@@ -1,15 +1,24 @@
-"""Node settings: `COORD_*` environment variables, overridable by the same-named CLI flags."""
+"""Node settings: `COORD_*` environment variables, overridable by the same-named CLI flags.
+
+`Settings` is the one list of settings and their defaults. The core's, the edge's and the
+CLI's configuration objects are derived from it (`core_config`, `ServerLimits.from_settings`,
+`DEFAULTS`, `read_setting`); only the core's group.* and offsets.* defaults are written in
+the core (app/group/config.py), which is pure and also runs without a node, and taken here.
+"""
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.group.config import CoreConfig
 from app.security.listeners import check_listener_settings
+
+_CORE: Final = CoreConfig()
 
 
 def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
@@ -43,17 +52,19 @@ class Settings(BaseSettings):
     kafka_listen: str = "127.0.0.1:9092"
     advertised_listener: str = ""  # empty = kafka_listen
     admin_listen: str = "127.0.0.1:8080"
-    initial_rebalance_delay_ms: int = Field(default=3000, ge=0)
-    min_session_timeout_ms: int = Field(default=6000, ge=1)
-    max_session_timeout_ms: int = Field(default=1_800_000, ge=1)
-    group_max_size: int = Field(default=10_000, ge=1)  # Kafka's default: 2147483647
+    initial_rebalance_delay_ms: int = Field(default=_CORE.initial_rebalance_delay_ms, ge=0)
+    min_session_timeout_ms: int = Field(default=_CORE.min_session_timeout_ms, ge=1)
+    max_session_timeout_ms: int = Field(default=_CORE.max_session_timeout_ms, ge=1)
+    group_max_size: int = Field(default=_CORE.group_max_size, ge=1)
     max_groups: int = Field(default=250_000, ge=1)
     max_group_id_length: int = Field(default=4096, ge=16)
-    max_pending_members: int = Field(default=10_000, ge=1)
+    max_pending_members: int = Field(default=_CORE.max_pending_members, ge=1)
     topics: str = ""
     log_partitions: int = Field(default=16, ge=1, le=10_000)
-    offsets_retention_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1)
-    offsets_retention_check_interval_ms: int = Field(default=600_000, ge=1000)
+    offsets_retention_ms: int = Field(default=_CORE.offsets_retention_ms, ge=1)
+    offsets_retention_check_interval_ms: int = Field(
+        default=_CORE.offsets_retention_check_interval_ms, ge=1000
+    )
     # what one client can make the Kafka listener hold (README: Limits and hostile clients)
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_connections: int = Field(default=10_000, ge=1)
@@ -134,6 +145,37 @@ class Settings(BaseSettings):
     @property
     def topic_map(self) -> dict[str, int]:
         return parse_topics(self.topics)
+
+
+# every setting's default, no environment read: what the edge's objects default to
+DEFAULTS: Final = Settings.model_construct()
+
+
+def core_config(settings: Settings) -> CoreConfig:
+    """The core's tunables from a node's settings."""
+    return CoreConfig(
+        min_session_timeout_ms=settings.min_session_timeout_ms,
+        max_session_timeout_ms=settings.max_session_timeout_ms,
+        initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
+        group_max_size=settings.group_max_size,
+        max_pending_members=settings.max_pending_members,
+        offsets_retention_ms=settings.offsets_retention_ms,
+        offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
+    )
+
+
+class _Environment(BaseSettings):
+    model_config = Settings.model_config
+
+
+def read_setting(name: str) -> Any:
+    """One setting read as Settings reads it (its COORD_* variable, else its default) and
+    checked by its own field, the others unread: a command that needs only this one is not
+    stopped by a bad other (the node's business). A ValueError when it is invalid."""
+    field = Settings.model_fields[name]
+    definition: dict[str, Any] = {name: (field.annotation, field)}
+    one = create_model(f"Setting_{name}", __base__=_Environment, **definition)
+    return getattr(one(), name)
 
 
 _WILDCARDS = ("", "0.0.0.0", "::")

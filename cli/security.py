@@ -2,7 +2,10 @@
 
 These commands need no running node: they migrate the database (as `coordinator migrate`
 does) and change it directly, so the first super user can be created before any node starts.
-Nodes see a change within a second (they poll the security change counter).
+Nodes see a change within a second (they poll the security change counter). This is one of
+the CLI's two paths (docs/operations.md): credentials and bindings are rows of the shared store,
+not state of any node's core, while groups and topics are changed through a running node's
+admin API (cli/admin.py). The same operations are served by /users and /acls once nodes run.
 
 A password is read from stdin when stdin is not a terminal (one line, its newline stripped),
 otherwise from a hidden prompt asked twice; it is never a command-line argument, so it shows
@@ -20,12 +23,11 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from app.config import Settings
+from app.config import read_setting
 from app.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -67,14 +69,6 @@ AUDIT_PRINCIPAL = "cli"
 AUDIT_SOURCE = "local"
 
 
-class _DatabaseSettings(BaseSettings):
-    """Only COORD_DATABASE_URL, read as Settings reads it (the other settings are the node's
-    business: a bad one must not stop an operator from creating a user)."""
-
-    model_config = SettingsConfigDict(env_prefix="COORD_", extra="ignore")
-    database_url: str = Settings.model_fields["database_url"].default
-
-
 DatabaseUrl = Annotated[
     str | None,
     typer.Option(
@@ -93,7 +87,9 @@ def _database_url(override: str | None) -> str:
     if override:
         return override
     try:
-        return _DatabaseSettings().database_url
+        # only this setting: a bad other one must not stop an operator from creating a user
+        url: str = read_setting("database_url")
+        return url
     except ValueError as e:
         raise fail(f"invalid COORD_DATABASE_URL: {e}", 2) from e
 

@@ -27,7 +27,7 @@ class Registrations:
         groups: dict[str, Group],
         queue: TimerQueue,
         rebalancer: Rebalancer,
-        group_max_size: int = 2_147_483_647,
+        group_max_size: int,
     ) -> None:
         self.groups = groups
         self.queue = queue

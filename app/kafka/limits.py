@@ -6,24 +6,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from app.config import Settings
+from app.config import DEFAULTS, Settings
 from app.kafka.apis import DecodeLimits
 
 
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
-    """What one client can make the listener hold (README: Limits and hostile clients)."""
+    """What one client can make the listener hold (README: Limits and hostile clients).
+    Derived from Settings: `from_settings`, and its defaults are Settings' own."""
 
-    max_frame_bytes: int = 16 * 1024 * 1024  # Kafka: socket.request.max.bytes
-    max_connections: int = 10_000  # Kafka: max.connections
-    max_connections_per_ip: int = 1_000  # Kafka: max.connections.per.ip
-    connections_max_idle_ms: int = 600_000  # Kafka: connections.max.idle.ms
-    frame_deadline_ms: int = 30_000  # a frame begun must be complete within this (slow senders)
+    max_frame_bytes: int = DEFAULTS.max_frame_bytes  # Kafka: socket.request.max.bytes
+    max_connections: int = DEFAULTS.max_connections  # Kafka: max.connections
+    max_connections_per_ip: int = DEFAULTS.max_connections_per_ip  # Kafka: max.connections.per.ip
+    connections_max_idle_ms: int = DEFAULTS.connections_max_idle_ms  # connections.max.idle.ms
+    # a frame begun must be complete within this (slow senders)
+    frame_deadline_ms: int = DEFAULTS.frame_deadline_ms
     # Reading pauses while this many requests are unanswered on one connection, or this many
     # reply bytes wait behind an unanswered one (a parked JoinGroup or Fetch), or the
     # transport's write buffer is full (a client that does not read); it resumes at half.
-    max_inflight_requests: int = 1024
-    max_queued_reply_bytes: int = 8 * 1024 * 1024
+    max_inflight_requests: int = DEFAULTS.max_inflight_requests
+    max_queued_reply_bytes: int = DEFAULTS.max_queued_reply_bytes
     decode: DecodeLimits = field(default_factory=DecodeLimits)
 
     @classmethod

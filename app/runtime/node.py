@@ -15,8 +15,7 @@ import asyncio
 import contextlib
 from typing import Any, TypeVar
 
-from app.config import Settings, advertised_admin_url
-from app.group.config import CoreConfig
+from app.config import Settings, advertised_admin_url, core_config
 from app.group.messages import Error
 from app.group.view import GroupSummary
 from app.runtime.leases import LeaseManager
@@ -68,19 +67,10 @@ class CoordinatorNode:
             max_groups=settings.max_groups,
             max_group_id_length=settings.max_group_id_length,
         )
-        core_config = CoreConfig(
-            min_session_timeout_ms=settings.min_session_timeout_ms,
-            max_session_timeout_ms=settings.max_session_timeout_ms,
-            initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
-            group_max_size=settings.group_max_size,
-            max_pending_members=settings.max_pending_members,
-            offsets_retention_ms=settings.offsets_retention_ms,
-            offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
-        )
         loader = Loader(
             self.runtime,
             event_log,
-            core_config,
+            core_config(settings),
             settings.concurrent_loads,
             self.metrics.load_seconds.observe,
         )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, TypeVar
 
+from app.config import DEFAULTS
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import NO_ERROR, Error
 from app.group.results import AppendFailure, Continuation, Reply, Result
@@ -94,8 +95,8 @@ class CoordinatorRuntime:
         log_partitions: int,
         writer: LogWriter,
         op_seconds: dict[str, Any] | None = None,
-        max_groups: int = 250_000,
-        max_group_id_length: int = 4096,
+        max_groups: int = DEFAULTS.max_groups,
+        max_group_id_length: int = DEFAULTS.max_group_id_length,
     ) -> None:
         self.node_id = node_id
         self.log_partitions = log_partitions

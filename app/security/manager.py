@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
+from app.config import DEFAULTS
 from app.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -78,11 +79,11 @@ class SecurityManager:
         self,
         store: SecurityStore,
         *,
-        mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512",
-        authorizer: str = "none",
-        super_users: str = "",
-        allow_everyone_if_no_acl_found: bool = False,
-        failed_authentication_delay_ms: int = 100,
+        mechanisms: str = DEFAULTS.sasl_enabled_mechanisms,
+        authorizer: str = DEFAULTS.authorizer,
+        super_users: str = DEFAULTS.super_users,
+        allow_everyone_if_no_acl_found: bool = DEFAULTS.allow_everyone_if_no_acl_found,
+        failed_authentication_delay_ms: int = DEFAULTS.failed_authentication_delay_ms,
     ) -> None:
         self.store = store
         self.mechanisms = parse_mechanisms(mechanisms)
