@@ -16,7 +16,6 @@ from typing import Any, Final
 
 from kio.serial import entity_reader
 
-from app.config import DEFAULTS
 from app.group.messages import NO_ERROR, Error
 from app.kafka import cluster_apis as cl
 from app.kafka import group_apis as gr
@@ -42,8 +41,8 @@ API_VERSIONS: Final = 18
 class DecodeLimits:
     """Bounds on what decoding one request may cost (README: Limits and hostile clients)."""
 
-    max_client_id_bytes: int = DEFAULTS.max_client_id_bytes
-    max_request_elements: int = DEFAULTS.max_request_elements
+    max_client_id_bytes: int = 4096
+    max_request_elements: int = 10_000
 
 
 DEFAULT_DECODE_LIMITS: Final = DecodeLimits()
@@ -137,6 +136,12 @@ def unsupported_api_versions_frame(correlation_id: int) -> bytes:
     return frame_response(correlation_id, False, _unsupported_api_versions_body())
 
 
+def unsupported_version_reply(api_key: int, correlation_id: int) -> bytes | None:
+    """The reply to a request at a version outside the table, or None: the connection is
+    closed (only ApiVersions answers one, KIP-511)."""
+    return unsupported_api_versions_frame(correlation_id) if api_key == API_VERSIONS else None
+
+
 # --- the table -------------------------------------------------------------------------------
 
 APIS: Final[tuple[Api, ...]] = tuple(
@@ -147,7 +152,15 @@ APIS: Final[tuple[Api, ...]] = tuple(
             *of.APIS,
             *sa.APIS,
             *sec.APIS,
-            Api(API_VERSIONS, "ApiVersions", 0, 4, handle_api_versions, api_versions_error),
+            Api(
+                API_VERSIONS,
+                "ApiVersions",
+                0,
+                4,
+                handle_api_versions,
+                api_versions_error,
+                before_authentication=True,
+            ),
         ),
         key=lambda api: api.key,
     )
@@ -177,3 +190,7 @@ def version_table() -> dict[tuple[int, int], ApiVersionEntry]:
 
 def api_name(api_key: int) -> str:
     return next((a.name for a in APIS if a.key == api_key), f"api#{api_key}")
+
+
+# what a SASL listener's connection may send before it is authenticated (the rows say)
+BEFORE_AUTHENTICATION: Final = frozenset(a.key for a in APIS if a.before_authentication)

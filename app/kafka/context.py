@@ -9,7 +9,7 @@ import inspect
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast
 
 from app.group.messages import Error
 from app.security.acl import AclOperation, ResourceType
@@ -189,6 +189,55 @@ async def serve_call(call: WriteCall, version: int) -> HandlerResult:
     return call.reply(version)
 
 
+class FixedReply(NamedTuple):
+    """A reply frame of a fixed layout in the pieces written around the request's correlation
+    id bytes (its size prefix, what follows the id) and its request metric's key: no packing
+    and no copy of a whole frame per reply."""
+
+    size: bytes
+    tail: bytes
+    metric_key: tuple[str, int, Error]
+
+
+# (frame with its header, version, max client id bytes, max request elements, client host)
+# -> the request its handler or WriteCall takes, or None: kio's generic reader decides
+HotReader = Callable[[bytes, int, int, int, str], Any]
+
+
+class MemoReader(Protocol):
+    """A connection's reader of an API whose request is its bytes after the correlation id
+    (a member resends the same Heartbeat until its generation changes): `memo` maps those
+    bytes to (version, request), and the connection looks frames up there before it even cuts
+    them out of a read."""
+
+    memo: dict[bytes, tuple[int, Any]]
+
+    def read(self, frame: bytes, version: int) -> Any: ...
+
+
+# (security when ACLs apply else None, principal, client ip) of the connection asking
+HotAnswer = Callable[
+    [CoordinatorService, "SecurityManager | None", str, str, Any, tuple[int, int]], Error
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HotPath:
+    """An API's fast path, declared on its row beside the kio reader and encoder: a reader
+    with `struct` from the frame straight to the internal request (None for any frame outside
+    the common shape, which kio's reader then answers or rejects as before). With `answer`
+    and `encode`, a request answered from memory (Heartbeat): `answer(service, security,
+    principal, ip, request, clock)` gives the error code (raising CoordinatorError as the
+    handler would), `encode(version, error)` the reply; no context, no kio. Without them, a
+    group write: the row's `start` serves it when no ACLs apply, its handler otherwise."""
+
+    read: HotReader
+    answer: HotAnswer | None = None
+    encode: Callable[[int, Error], FixedReply] | None = None
+    # (max client id bytes) -> the connection's memoizing reader, for requests that repeat
+    memo: Callable[[int], MemoReader] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Api:
     """One row of the API table: each edge module lists the rows of the APIs it serves."""
@@ -204,6 +253,10 @@ class Api:
     # the same API as a WriteCall (service, the hot reader's body, version), for the
     # connection's path without a context; None: always through `handler`
     start: WriteStarter | None = None
+    hot: HotPath | None = None
+    # served before a SASL listener's connection is authenticated (Kafka: ApiVersions and the
+    # SASL requests); anything else then closes it
+    before_authentication: bool = False
     is_async: bool = field(init=False)
 
     def __post_init__(self) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -44,6 +43,9 @@ from app.kafka.group_replies import (
     listed_group_entry,
     sync_group_body,
 )
+from app.kafka.hot import HEARTBEAT_HOT, HEARTBEAT_MAX_VERSION
+from app.kafka.hot import encode_heartbeat_body as encode_heartbeat_body
+from app.kafka.hot_group import JOIN_GROUP_HOT, SYNC_GROUP_HOT
 from app.security.acl import CLUSTER_NAME, OP_READ, RESOURCE_GROUP, AclOperation, ResourceType
 from app.service import CoordinatorError, CoordinatorService
 
@@ -55,7 +57,6 @@ U = TypeVar("U")
 
 JOIN_GROUP: Final = 11
 HEARTBEAT: Final = 12
-HEARTBEAT_MAX_VERSION: Final = 4
 LEAVE_GROUP: Final = 13
 SYNC_GROUP: Final = 14
 DESCRIBE_GROUPS: Final = 15
@@ -342,18 +343,7 @@ def sync_group_error(ctx: RequestContext, req: Any, error: Error) -> Any:
 
 
 # --- Heartbeat (12) --------------------------------------------------------------------------
-# Hot path: the response body is packed by hand (v0 error; v1-3 throttle + error; v4 + no tags).
-
-_HB_V0 = struct.Struct(">h")
-_HB_V1 = struct.Struct(">ih")
-
-
-def encode_heartbeat_body(error: Error, version: int) -> bytes:
-    if version == 0:
-        return _HB_V0.pack(error)
-    if version < 4:
-        return _HB_V1.pack(0, error)
-    return _HB_V1.pack(0, error) + b"\x00"
+# Its hot path (app/kafka/hot.py) reads the request with `struct` and packs the reply by hand.
 
 
 def decode_heartbeat(req: Any) -> HeartbeatRequest:
@@ -567,10 +557,36 @@ def delete_groups_error(ctx: RequestContext, req: Any, error: Error) -> bytes:
 
 
 APIS: Final[tuple[Api, ...]] = (
-    Api(JOIN_GROUP, "JoinGroup", 0, 9, handle_join_group, join_group_error, JoinGroupCall),
-    Api(HEARTBEAT, "Heartbeat", 0, HEARTBEAT_MAX_VERSION, handle_heartbeat, heartbeat_error),
+    Api(
+        JOIN_GROUP,
+        "JoinGroup",
+        0,
+        9,
+        handle_join_group,
+        join_group_error,
+        JoinGroupCall,
+        JOIN_GROUP_HOT,
+    ),
+    Api(
+        HEARTBEAT,
+        "Heartbeat",
+        0,
+        HEARTBEAT_MAX_VERSION,
+        handle_heartbeat,
+        heartbeat_error,
+        hot=HEARTBEAT_HOT,
+    ),
     Api(LEAVE_GROUP, "LeaveGroup", 0, 5, handle_leave_group, leave_group_error),
-    Api(SYNC_GROUP, "SyncGroup", 0, 5, handle_sync_group, sync_group_error, SyncGroupCall),
+    Api(
+        SYNC_GROUP,
+        "SyncGroup",
+        0,
+        5,
+        handle_sync_group,
+        sync_group_error,
+        SyncGroupCall,
+        SYNC_GROUP_HOT,
+    ),
     Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, handle_describe_groups, describe_groups_error),
     Api(LIST_GROUPS, "ListGroups", 0, 5, handle_list_groups, list_groups_error),
     Api(DELETE_GROUPS, "DeleteGroups", 0, 2, handle_delete_groups, delete_groups_error),

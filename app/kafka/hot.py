@@ -11,14 +11,33 @@ codec tests hold both paths to the same answers (tests/protocol/test_hot_heartbe
 from __future__ import annotations
 
 import struct
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 from app.group.messages import Error
 from app.kafka.codec import frame_response
-from app.kafka.group_apis import HEARTBEAT_MAX_VERSION, encode_heartbeat_body
+from app.kafka.context import FixedReply, HotPath
+from app.security.acl import AclOperation, ResourceType
+
+if TYPE_CHECKING:
+    from app.security.manager import SecurityManager
+    from app.service import CoordinatorService
+
+HEARTBEAT_MAX_VERSION: Final = 4
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
+_HB_V0: Final = struct.Struct(">h")
+_HB_V1: Final = struct.Struct(">ih")
+
+
+def encode_heartbeat_body(error: Error, version: int) -> bytes:
+    """The reply body, packed by hand (v0 error; v1-3 throttle + error; v4 + no tags)."""
+    if version == 0:
+        return _HB_V0.pack(error)
+    if version < 4:
+        return _HB_V1.pack(0, error)
+    return _HB_V1.pack(0, error) + b"\x00"
+
 
 # group id, generation id, member id, group instance id
 HeartbeatFields = tuple[str, int, str, str | None]
@@ -127,27 +146,46 @@ class HeartbeatReader:
         return fields
 
 
-# What a Heartbeat's answer is made of, per version and error: the frame's size prefix, the
-# bytes after the correlation id, and the request metric's key (a handful of entries). The
-# connection writes the three pieces around the request's own correlation id bytes: no packing,
-# no copy of a whole frame.
-class HeartbeatAnswer(NamedTuple):
-    size: bytes
-    tail: bytes
-    metric_key: tuple[str, int, Error]
+# What a Heartbeat's answer is made of, per version and error (a handful of entries): the
+# connection writes its pieces around the request's own correlation id bytes.
+_ANSWERS: list[dict[Error, FixedReply]] = [{} for _ in range(HEARTBEAT_MAX_VERSION + 1)]
 
 
-_ANSWERS: list[dict[Error, HeartbeatAnswer]] = [{} for _ in range(HEARTBEAT_MAX_VERSION + 1)]
-
-
-def heartbeat_answer(version: int, error: Error) -> HeartbeatAnswer:
+def heartbeat_answer(version: int, error: Error) -> FixedReply:
     """The pieces of `frame_response(encode_heartbeat_body(error, version))` (0 <= version
     <= HEARTBEAT_MAX_VERSION) around its correlation id."""
     answers = _ANSWERS[version]
     answer = answers.get(error)
     if answer is None:
         whole = frame_response(0, version >= 4, encode_heartbeat_body(error, version))
-        answer = answers[error] = HeartbeatAnswer(
-            whole[:4], whole[8:], ("Heartbeat", version, error)
-        )
+        answer = answers[error] = FixedReply(whole[:4], whole[8:], ("Heartbeat", version, error))
     return answer
+
+
+def answer_heartbeat(
+    service: CoordinatorService,
+    security: SecurityManager | None,
+    principal: str,
+    ip: str,
+    fields: Any,
+    clock: tuple[int, int],
+) -> Error:
+    """What `handle_heartbeat` answers, from the hot reader's fields (`security`: None when no
+    ACLs apply); CoordinatorError as the handler raises it."""
+    group_id, generation_id, member_id, instance_id = fields
+    if security is not None and not security.authorize(
+        principal, ip, AclOperation.READ, ResourceType.GROUP, group_id
+    ):
+        return Error.GROUP_AUTHORIZATION_FAILED
+    return service.heartbeat(group_id, generation_id, member_id, instance_id, clock)
+
+
+def _read(
+    frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+) -> HeartbeatFields | None:
+    return read_heartbeat(frame, version, max_client_id)
+
+
+HEARTBEAT_HOT: Final = HotPath(
+    _read, answer=answer_heartbeat, encode=heartbeat_answer, memo=HeartbeatReader
+)

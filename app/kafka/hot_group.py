@@ -10,7 +10,8 @@ element bound before reading it. A frame outside the shape every client sends (t
 a null where the schema has none, a client id or array over its bound, bytes after the last
 field, invalid UTF-8, anything truncated) returns None, and the generic path answers or rejects
 it exactly as before. tests/protocol/test_hot_group.py holds both paths to the same requests.
-app/kafka/server.py's `_read_hot` calls these before the version table's generic `decode`.
+The API rows declare them (`JOIN_GROUP_HOT` ...): the connection calls them before the version
+table's generic `decode`.
 
 OffsetCommit is a consumer's most frequent request after Heartbeat (one per poll loop with
 auto-commit, one per batch with manual commits); it is read into `OffsetCommitWire`, the shape
@@ -24,6 +25,7 @@ from typing import Final
 
 from app.group.immutable import immutable
 from app.group.messages import JoinGroupRequest, SyncGroupRequest
+from app.kafka.context import HotPath
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
@@ -366,3 +368,24 @@ def read_offset_commit(
     return OffsetCommitWire(
         version, group_id, generation_id, member_id, instance_id, retention_ms, tuple(topics)
     )
+
+
+# The readers in the shape of the API rows' HotPath (app/kafka/context.py; the client host is
+# JoinGroup's alone), and the paths the rows declare.
+
+
+def hot_sync_group(
+    frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+) -> SyncGroupRequest | None:
+    return read_sync_group(frame, version, max_client_id, max_elements)
+
+
+def hot_offset_commit(
+    frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+) -> OffsetCommitWire | None:
+    return read_offset_commit(frame, version, max_client_id, max_elements)
+
+
+JOIN_GROUP_HOT: Final = HotPath(read_join_group)
+SYNC_GROUP_HOT: Final = HotPath(hot_sync_group)
+OFFSET_COMMIT_HOT: Final = HotPath(hot_offset_commit)

@@ -25,7 +25,7 @@ from app.kafka.codec import build, group_by_topic, ms, response_class
 from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
 from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
 from app.kafka.group_replies import offset_commit_body, offset_fetch_body
-from app.kafka.hot_group import OffsetCommitWire
+from app.kafka.hot_group import OFFSET_COMMIT_HOT, OffsetCommitWire
 from app.security.acl import OP_READ, RESOURCE_TOPIC, AclOperation, ResourceType
 from app.service import CoordinatorError, CoordinatorService
 
@@ -405,6 +405,7 @@ APIS: Final[tuple[Api, ...]] = (
         handle_offset_commit,
         offset_commit_error,
         OffsetCommitCall,
+        OFFSET_COMMIT_HOT,
     ),
     Api(OFFSET_FETCH, "OffsetFetch", 1, 9, handle_offset_fetch, offset_fetch_error),
     Api(OFFSET_DELETE, "OffsetDelete", 0, 0, handle_offset_delete, offset_delete_error),

@@ -19,9 +19,6 @@ from app.security.sasl import AuthenticationFailed, SaslServer
 
 SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
-PRE_AUTH_APIS: Final = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE, 18})  # 18: ApiVersions
-# Kafka's sasl.server.max.receive.size: the largest frame before authentication
-PRE_AUTH_MAX_FRAME: Final = 512 * 1024
 
 
 def handle_sasl_handshake(ctx: RequestContext, req: Any) -> HandlerResult:
@@ -85,7 +82,15 @@ def sasl_authenticate_error(ctx: RequestContext, req: Any, error: Error) -> Hand
 
 
 APIS: Final[tuple[Api, ...]] = (
-    Api(SASL_HANDSHAKE, "SaslHandshake", 0, 1, handle_sasl_handshake, sasl_handshake_error),
+    Api(
+        SASL_HANDSHAKE,
+        "SaslHandshake",
+        0,
+        1,
+        handle_sasl_handshake,
+        sasl_handshake_error,
+        before_authentication=True,
+    ),
     Api(
         SASL_AUTHENTICATE,
         "SaslAuthenticate",
@@ -93,5 +98,6 @@ APIS: Final[tuple[Api, ...]] = (
         2,
         handle_sasl_authenticate,
         sasl_authenticate_error,
+        before_authentication=True,
     ),
 )

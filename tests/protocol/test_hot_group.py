@@ -26,8 +26,8 @@ from app.group.messages import (
     SyncGroupResponse,
 )
 from app.kafka import group_apis as g
+from app.kafka import hot_group as hot_group_module
 from app.kafka import offset_apis as o
-from app.kafka import server as server_module
 from app.kafka.apis import DecodeLimits, version_table
 from app.kafka.codec import build, response_class, td
 from app.kafka.group_apis import decode_join_group, decode_sync_group
@@ -455,7 +455,7 @@ async def test_a_live_offset_commit_is_served_alike_on_both_paths(
         hot_reads.append(got is not None)
         return got
 
-    monkeypatch.setattr(server_module, "read_offset_commit", spy)
+    monkeypatch.setattr(hot_group_module, "read_offset_commit", spy)
     member, gen = await stable_group(client, "hot-commit", group_instance_id="hc-i")
     values = {
         **_COMMIT,

@@ -17,9 +17,10 @@ from app.group.coordinator import GroupCoordinator
 from app.group.messages import Error
 from app.kafka.cluster_apis import FETCH_MAX_WAIT_CAP_MS
 from app.kafka.codec import request_class
+from app.kafka.connection import ReplySlot
+from app.kafka.dispatch import KafkaConnection, ParkedReply
 from app.kafka.group_apis import JoinGroupCall
 from app.kafka.limits import EARLY_WRITE_BYTES
-from app.kafka.server import KafkaConnection, _ParkedReply, _Slot
 from tests.api.helpers import eventually
 from tests.protocol.data_plane import fetch_request, produce_request
 from tests.protocol.groups import PROTOCOLS, describe, join, stable_group, wait_for_state
@@ -730,8 +731,8 @@ async def test_parked_requests_are_freed_without_the_cyclic_collector(
                     OffsetCommitCall,
                     JoinGroupCall,
                     SyncGroupCall,
-                    _Slot,
-                    _ParkedReply,
+                    ReplySlot,
+                    ParkedReply,
                 ),
             )
         ]
