@@ -7,6 +7,7 @@ when they run, so `coordinator groups ...` starts in a fraction of a second.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -122,6 +123,9 @@ def export(
     _run(run())
 
 
+AUDIT_MODULES = ("pyspark", "pandas", "matplotlib")
+
+
 @cli.command()
 def audit(
     input_dir: Annotated[str, Opt("--input", help="a `coordinator export` directory")],
@@ -134,6 +138,15 @@ def audit(
     fail_on_violation: Annotated[bool, Opt(help="exit 1 if an invariant is violated")] = False,
 ) -> None:
     """Audit an exported log with Spark: rebalances, static membership, commits, invariants."""
+    # a node's install leaves them out (pyproject.toml's `audit` extra)
+    missing = [m for m in AUDIT_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        typer.echo(
+            f"coordinator audit needs the audit extra ({', '.join(missing)} not installed): "
+            "pip install 'coordinator[audit]'",
+            err=True,
+        )
+        raise typer.Exit(2)
     from pipeline.main import audit_main
 
     result = audit_main(input_dir, out, master, shuffle_partitions, driver_memory, examples, report)
