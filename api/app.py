@@ -24,7 +24,7 @@ from api.peers import Peers
 from api.routers import acls, cluster, groups, topics, users
 from api.sessions import ConsoleSessions
 from app.admin import AdminService
-from app.config import advertised_admin_url
+from app.config import DEFAULTS, advertised_admin_url
 from app.runtime.node import CoordinatorNode
 from app.security.audit import audit
 from app.security.manager import SecurityManager
@@ -59,7 +59,9 @@ def create_app(
     app.include_router(ui.router)
     app.mount("/ui/static", ui.static, name="ui-static")
     app.state.ui_sessions = ConsoleSessions[Caller](ui.COOKIE_TTL_S)
-    delay_ms = getattr(settings, "failed_authentication_delay_ms", 100)
+    delay_ms = getattr(
+        settings, "failed_authentication_delay_ms", DEFAULTS.failed_authentication_delay_ms
+    )
     app.state.logins = security.logins if security else FailedLogins(delay_ms / 1000)
 
     errors.install(app)
@@ -78,7 +80,7 @@ def create_app(
         AdminGuard,
         hosts=allowed_hosts(settings, _advertised(settings)),
         cors_origins=origins,
-        max_body_bytes=getattr(settings, "admin_max_body_bytes", 1024 * 1024),
+        max_body_bytes=getattr(settings, "admin_max_body_bytes", DEFAULTS.admin_max_body_bytes),
     )
     return app
 

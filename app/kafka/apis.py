@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from kio.serial import entity_reader
 
+from app.config import DEFAULTS
 from app.group.messages import NO_ERROR, Error
 from app.kafka import cluster_apis as cl
 from app.kafka import group_apis as gr
@@ -41,8 +42,8 @@ API_VERSIONS: Final = 18
 class DecodeLimits:
     """Bounds on what decoding one request may cost (README: Limits and hostile clients)."""
 
-    max_client_id_bytes: int = 4096
-    max_request_elements: int = 10_000
+    max_client_id_bytes: int = DEFAULTS.max_client_id_bytes
+    max_request_elements: int = DEFAULTS.max_request_elements
 
 
 DEFAULT_DECODE_LIMITS: Final = DecodeLimits()

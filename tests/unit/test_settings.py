@@ -69,9 +69,19 @@ def test_the_edge_limits_are_the_settings() -> None:
 
 
 def _defaults(tree: ast.AST) -> Iterator[tuple[str, ast.expr, int]]:
-    """(name, default, line) of every class field and function parameter with a default."""
+    """(name, default, line) of every class field and function parameter with a default,
+    and of every `getattr(settings, "name", default)`."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) == 3
+            and isinstance(attr := node.args[1], ast.Constant)
+            and isinstance(attr.value, str)
+        ):
+            yield attr.value, node.args[2], node.lineno
+        elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if (
                     isinstance(item, ast.AnnAssign)
@@ -93,17 +103,18 @@ def _defaults(tree: ast.AST) -> Iterator[tuple[str, ast.expr, int]]:
 
 
 def _is_literal(node: ast.expr) -> bool:
-    """A value written out (16 * 1024 * 1024 included); None is no default."""
+    """A value written out (16 * 1024 * 1024 included); None and "" say "nothing", not a
+    default."""
     if isinstance(node, ast.Constant):
-        return node.value is not None
+        return node.value is not None and node.value != ""
     if isinstance(node, ast.BinOp):
         return _is_literal(node.left) and _is_literal(node.right)
     return isinstance(node, ast.UnaryOp) and _is_literal(node.operand)
 
 
 def test_no_production_module_writes_a_settings_default_again() -> None:
-    """A field or parameter named after a setting takes its default from Settings
-    (`DEFAULTS.<name>`) or has none: a number written there would be a second default."""
+    """A field, parameter or getattr fallback named after a setting takes its default from
+    Settings (`DEFAULTS.<name>`) or has none: a value written there would be a second one."""
     found = []
     for package in ("app", "api", "cli"):
         for path in sorted((ROOT / package).rglob("*.py")):
