@@ -22,21 +22,8 @@ async def healthz(request: Request) -> dict[str, Any]:
 
 @router.get("/readyz")
 async def readyz(admin: AdminDep) -> JSONResponse:
-    node = admin.node
-    loading = sorted(pid for pid, p in node.partitions.items() if p.state.value != "active")
-    failed = {
-        str(pid): error
-        for pid in range(-1, node.log_partitions)
-        if (error := node.load_error(pid)) is not None
-    }
-    body = {
-        "ready": node.ready(),
-        "owned": sorted(node.partitions),
-        "loading": loading,
-        "load_errors": failed,
-        "storage_error": node.storage_error(),
-    }
-    return JSONResponse(body, status_code=200 if node.ready() else 503)
+    body = admin.readiness()
+    return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
 
 @router.get("/metrics")

@@ -316,6 +316,24 @@ class AdminService:
             if n != node.node_id and n in node.live_brokers
         ]
 
+    def readiness(self) -> dict[str, Any]:
+        """Whether this node serves every log partition it owns, and what it is still loading
+        or failed to load (a readiness probe's answer)."""
+        node = self.node
+        loading = sorted(pid for pid, p in node.partitions.items() if p.state.value != "active")
+        failed = {
+            str(pid): error
+            for pid in range(-1, node.log_partitions)
+            if (error := node.load_error(pid)) is not None
+        }
+        return {
+            "ready": node.ready(),
+            "owned": sorted(node.partitions),
+            "loading": loading,
+            "load_errors": failed,
+            "storage_error": node.storage_error(),
+        }
+
     def cluster_view(self) -> dict[str, Any]:
         node = self.node
         t = now_ms()
