@@ -1,5 +1,10 @@
 """`coordinator groups|topics|cluster`: the admin REST API from a terminal.
 
+One of the CLI's two paths (docs/operations.md): groups, topics and the cluster view live in
+the running nodes' cores, and a change must go through the owning node's core (written, then
+answered, fenced by its lease), so these commands are HTTP clients of a node and never open
+the store. Users and ACLs, which must exist before any node runs, are cli/security.py's.
+
 Readable tables by default, `--json` for scripts, a non-zero exit with the server's message on
 errors. Credentials: the bearer token (COORD_ADMIN_TOKEN), or HTTP Basic as a SCRAM user
 (`--user`/COORD_ADMIN_USER, the password from COORD_ADMIN_PASSWORD or a hidden prompt, never
