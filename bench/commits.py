@@ -17,7 +17,7 @@ offset; then the node is SIGKILLed and the log itself (log_records) is read: the
 offset record of every partition must hold that offset too.
 
 Floors, same run, same shape: rows/s of the raw driver appending 100-row batches, one
-transaction each, into a table built from storage/tables.py's log_records (same columns, PK
+transaction each, into a table built from storage/sql/tables.py's log_records (same columns, PK
 and index) holding real offset-commit keys/values (app.group.records): (a) sqlite3 on a fresh
 file, WAL, synchronous=FULL; (b) asyncpg copy_records_to_table into the bench database. The
 floor runs half before and half after the node, so drift on the shared machine hits both.
@@ -376,7 +376,7 @@ def _floor_table(dialect: Any) -> list[str]:
     constraint and index names are renamed too (PostgreSQL wants them unique per schema)."""
     from sqlalchemy.schema import CreateIndex, CreateTable
 
-    from storage.tables import log_records
+    from storage.sql.tables import log_records
 
     ddl = [str(CreateTable(log_records).compile(dialect=dialect))]
     ddl += [str(CreateIndex(ix).compile(dialect=dialect)) for ix in log_records.indexes]

@@ -19,8 +19,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
-from storage.engine import async_url, create_engine, write_engine
-from storage.tables import metadata
+from storage.sql.engine import async_url, create_engine, write_engine
+from storage.sql.tables import metadata
 
 config = context.config
 target_metadata = metadata

@@ -1,6 +1,6 @@
 """The event log's columns, declared once.
 
-storage/tables.py builds log_records and log_history from them, the append INSERT lists them,
+storage/sql/tables.py builds log_records and log_history from them, the append INSERT lists them,
 and the Parquet export (storage/export.py) and the audit pipeline (pipeline/) take their schema
 from here.
 """
@@ -21,7 +21,7 @@ class LogColumn(NamedTuple):
     nullable: bool = False
 
 
-# The order is the order of an appended row's tuple (storage/log.py builds them positionally).
+# The order is the order of an appended row's tuple (storage/sql/log.py builds them positionally).
 LOG_COLUMNS: tuple[LogColumn, ...] = (
     LogColumn("partition", Integer, "int32"),
     LogColumn("offset", BigInteger, "int64"),  # dense per partition, assigned by the lease holder

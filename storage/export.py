@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 from sqlalchemy import Table, select
 
 from storage.columns import HISTORY_COLUMNS, LOG_COLUMNS, arrow_schema
-from storage.tables import log_history, log_records
+from storage.sql.tables import log_history, log_records
 
 if TYPE_CHECKING:  # the pipeline imports the schemas without the log's machinery
-    from storage.log import EventLog
+    from storage.sql.log import EventLog
 
 # the Parquet layout of both files (pipeline/ reads and writes the same)
 LOG_SCHEMA = arrow_schema(LOG_COLUMNS)

@@ -1,209 +1,183 @@
-"""Credentials and ACLs in the shared database (app/security/manager.py's SecurityStore).
+"""The security model's values as the store keeps them: ACL bindings and SCRAM credentials.
 
-Every change bumps the cluster_meta row `security_version` in its own transaction, so a node
-that polls the counter and sees it unchanged knows its snapshot is current, and one that
-sees it moved reloads a state that includes the change.
+The codes are the wire's (AclOperation, ResourceType, PatternType, AclPermissionType), so a
+stored binding is exactly what CreateAcls carried. A binding is (resource type, resource name,
+pattern type) + (principal, host, operation, permission); a filter matches bindings as
+DescribeAcls and DeleteAcls do. The authorizer that decides with them is app/security/acl.py,
+the SCRAM exchange app/security/sasl.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Sequence
-from typing import Any, Final, cast
-
-from sqlalchemy import BigInteger, Text, select
-from sqlalchemy import cast as sql_cast
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.security.acl import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourceType,
-)
-from app.security.sasl import ScramCredential
-from storage.database import Database
-from storage.statements import Rows
-from storage.tables import acls, cluster_meta, scram_credentials
-
-SECURITY_VERSION: Final = "security_version"
-
-_ACL_COLUMNS: Final = (
-    acls.c.resource_type,
-    acls.c.resource_name,
-    acls.c.pattern_type,
-    acls.c.principal,
-    acls.c.host,
-    acls.c.operation,
-    acls.c.permission,
-)
+import enum
+from dataclasses import dataclass
+from typing import Final
 
 
-def binding_key(b: AclBinding) -> bytes:
-    """The acls primary key: SHA-256 of the binding's seven fields (wire codes for enums)."""
-    fields = [
-        int(b.resource_type),
-        b.resource_name,
-        int(b.pattern_type),
-        b.principal,
-        b.host,
-        int(b.operation),
-        int(b.permission),
-    ]
-    return hashlib.sha256(json.dumps(fields, separators=(",", ":")).encode()).digest()
+class ResourceType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
 
 
-def _binding(row: Sequence[Any]) -> AclBinding:
-    rt, name, pt, principal, host, op, perm = row
-    return AclBinding(
-        ResourceType(rt),
-        name,
-        PatternType(pt),
-        principal,
-        host,
-        AclOperation(op),
-        AclPermissionType(perm),
-    )
+class PatternType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
 
 
-def _acl_values(b: AclBinding) -> dict[str, Any]:
-    return {
-        "binding_key": binding_key(b),
-        "resource_type": int(b.resource_type),
-        "resource_name": b.resource_name,
-        "pattern_type": int(b.pattern_type),
-        "principal": b.principal,
-        "host": b.host,
-        "operation": int(b.operation),
-        "permission": int(b.permission),
-    }
+class AclOperation(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
 
 
-class Security:
-    """EventLog's credential and ACL operations."""
+class AclPermissionType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
 
-    _db: Database
 
-    # --- the change counter ------------------------------------------------------------------
+WILDCARD: Final = "*"
+WILDCARD_PRINCIPAL: Final = "User:*"
+CLUSTER_NAME: Final = "kafka-cluster"  # the one CLUSTER resource's name
 
-    async def security_version(self) -> int:
-        """How many credential or ACL changes were stored (0 before the first)."""
-        async with self._db.read() as conn:
-            v = (
-                await conn.execute(
-                    select(cluster_meta.c.value).where(cluster_meta.c.name == SECURITY_VERSION)
-                )
-            ).scalar()
-        return 0 if v is None else int(v)
+Op = AclOperation
 
-    async def _bump(self, conn: AsyncConnection) -> None:
-        """+1 on the counter, atomically (PostgreSQL re-reads a concurrently updated row in ON
-        CONFLICT DO UPDATE; SQLite's write transaction holds the whole database)."""
-        stmt = self._db.insert(cluster_meta).values(name=SECURITY_VERSION, value="1")
-        await conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["name"],
-                set_={"value": sql_cast(sql_cast(cluster_meta.c.value, BigInteger) + 1, Text)},
-            )
-        )
+# What each resource type supports (authorized_operations reports a subset of these)
+SUPPORTED: Final[dict[ResourceType, frozenset[AclOperation]]] = {
+    ResourceType.GROUP: frozenset({Op.READ, Op.DESCRIBE, Op.DELETE}),
+    ResourceType.TOPIC: frozenset(
+        {
+            Op.READ,
+            Op.WRITE,
+            Op.CREATE,
+            Op.DESCRIBE,
+            Op.DELETE,
+            Op.ALTER,
+            Op.DESCRIBE_CONFIGS,
+            Op.ALTER_CONFIGS,
+        }
+    ),
+    ResourceType.CLUSTER: frozenset(
+        {
+            Op.CREATE,
+            Op.CLUSTER_ACTION,
+            Op.DESCRIBE_CONFIGS,
+            Op.ALTER_CONFIGS,
+            Op.IDEMPOTENT_WRITE,
+            Op.ALTER,
+            Op.DESCRIBE,
+        }
+    ),
+}
 
-    # --- SCRAM credentials ---------------------------------------------------------------------
 
-    async def scram_credentials(self) -> list[ScramCredential]:
-        S = scram_credentials.c
-        async with self._db.read() as conn:
-            rows = await conn.execute(
-                select(
-                    S.user_name, S.mechanism, S.salt, S.iterations, S.stored_key, S.server_key
-                ).order_by(S.user_name, S.mechanism)
-            )
-            return [
-                ScramCredential(u, m, bytes(salt), i, bytes(sk), bytes(vk))
-                for u, m, salt, i, sk, vk in cast(Rows, rows.all())
-            ]
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermissionType
 
-    async def upsert_scram_credentials(self, credentials: Sequence[ScramCredential]) -> None:
-        """Insert each credential or replace the user's one of that mechanism."""
-        if not credentials:
-            return
-        # one row per key (the last given wins): an upsert may not touch a row twice
-        by_key = {(c.user, c.mechanism): c for c in credentials}
-        rows = [
-            {
-                "user_name": c.user,
-                "mechanism": c.mechanism,
-                "salt": c.salt,
-                "iterations": c.iterations,
-                "stored_key": c.stored_key,
-                "server_key": c.server_key,
-            }
-            for c in by_key.values()
-        ]
-        stmt = self._db.insert(scram_credentials)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["user_name", "mechanism"],
-            set_={
-                name: stmt.excluded[name]
-                for name in ("salt", "iterations", "stored_key", "server_key")
-            },
-        )
-        async with self._db.write() as conn:
-            await conn.execute(stmt, rows)
-            await self._bump(conn)
+    def check(self) -> str | None:
+        """Why the binding cannot be stored (Kafka's InvalidRequest), None when it can."""
+        if self.resource_type not in SUPPORTED:
+            return f"resource type {self.resource_type.name} is not one of GROUP, TOPIC, CLUSTER"
+        if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            return "pattern type must be LITERAL or PREFIXED"
+        if self.operation in (Op.ANY, Op.UNKNOWN) or (
+            self.operation != Op.ALL and self.operation not in SUPPORTED[self.resource_type]
+        ):
+            return f"operation {self.operation.name} does not apply to {self.resource_type.name}"
+        if self.permission not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+            return "permission must be ALLOW or DENY"
+        if not self.resource_name:
+            return "the resource name is empty"
+        if self.resource_type == ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
+            return f"the CLUSTER resource is named {CLUSTER_NAME!r}"
+        kind, sep, name = self.principal.partition(":")
+        if not sep or not kind or not name:
+            return f"principal {self.principal!r} is not Type:name (User:alice)"
+        if not self.host:
+            return "the host is empty (use * for every host)"
+        return None
 
-    async def delete_scram_credentials(self, keys: Sequence[tuple[str, str]]) -> int:
-        """Delete the (user, mechanism) credentials; how many existed."""
-        S = scram_credentials.c
-        deleted = 0
-        async with self._db.write() as conn:
-            for name, mechanism in dict.fromkeys(keys):
-                res = await conn.execute(
-                    scram_credentials.delete().where(S.user_name == name, S.mechanism == mechanism)
-                )
-                deleted += res.rowcount
-            if deleted:
-                await self._bump(conn)
-        return deleted
 
-    # --- ACLs -------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """What DescribeAcls and DeleteAcls match: None (or ANY) matches every value."""
 
-    async def acl_bindings(self) -> list[AclBinding]:
-        async with self._db.read() as conn:
-            rows = await conn.execute(select(*_ACL_COLUMNS).order_by(*_ACL_COLUMNS))
-            return [_binding(r) for r in cast(Rows, rows.all())]
+    resource_type: ResourceType = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission: AclPermissionType = AclPermissionType.ANY
 
-    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
-        """Store each binding; one already stored is neither an error nor duplicated. The
-        caller validates them (AclBinding.check)."""
-        created = 0
-        async with self._db.write() as conn:
-            for b in dict.fromkeys(bindings):
-                res = await conn.execute(
-                    self._db.insert(acls)
-                    .values(**_acl_values(b))
-                    .on_conflict_do_nothing(index_elements=["binding_key"])
-                )
-                created += res.rowcount
-            if created:
-                await self._bump(conn)
+    def matches(self, b: AclBinding) -> bool:
+        if self.resource_type != ResourceType.ANY and b.resource_type != self.resource_type:
+            return False
+        if self.pattern_type == PatternType.MATCH:
+            # MATCH: the bindings that would apply to the resource named by the filter
+            if self.resource_name is not None and not name_matches(b, self.resource_name):
+                return False
+        else:
+            if self.pattern_type != PatternType.ANY and b.pattern_type != self.pattern_type:
+                return False
+            if self.resource_name is not None and b.resource_name != self.resource_name:
+                return False
+        if self.principal is not None and b.principal != self.principal:
+            return False
+        if self.host is not None and b.host != self.host:
+            return False
+        if self.operation != AclOperation.ANY and b.operation != self.operation:
+            return False
+        return self.permission == AclPermissionType.ANY or b.permission == self.permission
 
-    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
-        """Delete every binding any filter matches. Per filter, in order, the bindings it
-        matched (as Kafka answers DeleteAcls, a binding two filters match is in both lists)."""
-        async with self._db.write() as conn:
-            # the rows are read inside the write transaction: SQLite holds the write lock
-            # already; PostgreSQL locks them, so a concurrent create or delete waits
-            query = select(*_ACL_COLUMNS).order_by(*_ACL_COLUMNS)
-            if self._db.pg:
-                query = query.with_for_update()
-            stored = [_binding(r) for r in cast(Rows, (await conn.execute(query)).all())]
-            matched = [[b for b in stored if f.matches(b)] for f in filters]
-            doomed = {binding_key(b) for found in matched for b in found}
-            for key in doomed:
-                await conn.execute(acls.delete().where(acls.c.binding_key == key))
-            if doomed:
-                await self._bump(conn)
-        return matched
+    def check(self) -> str | None:
+        if AclOperation.UNKNOWN in (self.operation,) or self.resource_type == ResourceType.UNKNOWN:
+            return "the filter has an UNKNOWN value"
+        if self.pattern_type == PatternType.UNKNOWN or self.permission == AclPermissionType.UNKNOWN:
+            return "the filter has an UNKNOWN value"
+        return None
+
+
+def name_matches(b: AclBinding, name: str) -> bool:
+    if b.pattern_type == PatternType.LITERAL:
+        return b.resource_name in (name, WILDCARD)
+    return name.startswith(b.resource_name)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    user: str
+    mechanism: str  # "SCRAM-SHA-256" | "SCRAM-SHA-512"
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes

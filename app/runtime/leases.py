@@ -9,6 +9,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.config import Settings
 from app.runtime import placement
@@ -23,7 +24,7 @@ from app.runtime.runtime import (
 )
 from app.service import Broker
 from storage.errors import FencedError, StorageError
-from storage.log import EventLog, LeaseRow
+from storage.ports import Compactor, LeaseRow, LeaseTable, NodeRegistry
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,11 @@ LOAD_RETRY_MIN_MS = 1_000
 LOAD_RETRY_MAX_MS = 60_000
 
 
+class LeaseStore(LeaseTable, NodeRegistry, Compactor, Protocol):
+    """What a lease round uses of the store: the leases, the nodes, and compaction of what this
+    node holds."""
+
+
 class LeaseManager:
     """One lease round at a time: renew, heartbeat the node row, plan, hand over, claim."""
 
@@ -49,7 +55,7 @@ class LeaseManager:
         self,
         settings: Settings,
         runtime: CoordinatorRuntime,
-        event_log: EventLog,
+        event_log: LeaseStore,
         loader: Loader,
         broker: Broker,
         after_round: Callable[[], Awaitable[None]],

@@ -18,7 +18,7 @@ from app.group.config import CoreConfig
 from app.group.coordinator import GroupCoordinator
 from app.group.records import Record, RecordType
 from app.runtime.runtime import CoordinatorRuntime, Partition
-from storage.log import EventLog
+from storage.ports import RecordLog
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Loader:
     def __init__(
         self,
         runtime: CoordinatorRuntime,
-        event_log: EventLog,
+        event_log: RecordLog,
         core_config: CoreConfig,
         concurrent_loads: int,
         on_loaded: Callable[[float], None],

@@ -19,11 +19,11 @@ from app.group.records import (
 )
 from app.runtime.runtime import METADATA_PARTITION, CoordinatorRuntime
 from app.service import CoordinatorError
-from storage.log import EventLog
+from storage.ports import RecordLog
 
 
 class TopicRegistry:
-    def __init__(self, runtime: CoordinatorRuntime, event_log: EventLog) -> None:
+    def __init__(self, runtime: CoordinatorRuntime, event_log: RecordLog) -> None:
         self.runtime = runtime
         self.log = event_log
         self.topics: dict[str, int] = {}  # name -> partitions

@@ -13,15 +13,13 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 from app.config import DEFAULTS
 from app.security.acl import (
-    AclBinding,
-    AclBindingFilter,
     AclOperation,
     Authorizer,
     ResourceType,
@@ -37,6 +35,7 @@ from app.security.sasl import (
     verify_any,
 )
 from app.security.throttle import FailedLogins
+from storage.ports import SecurityStore
 
 log = logging.getLogger(__name__)
 
@@ -47,24 +46,6 @@ REFRESH_S: Final = 0.5
 # queued, so the queue is bounded by COORD_MAX_CONNECTIONS
 OFFLOAD_THREADS: Final = 2
 _DENIAL_LOG_EVERY_S: Final = 1.0
-
-
-class SecurityStore(Protocol):
-    """What the event log's database stores for security (storage/security.py)."""
-
-    async def security_version(self) -> int: ...
-
-    async def scram_credentials(self) -> list[ScramCredential]: ...
-
-    async def upsert_scram_credentials(self, credentials: Sequence[ScramCredential]) -> None: ...
-
-    async def delete_scram_credentials(self, keys: Sequence[tuple[str, str]]) -> int: ...
-
-    async def acl_bindings(self) -> list[AclBinding]: ...
-
-    async def create_acls(self, bindings: Sequence[AclBinding]) -> None: ...
-
-    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]: ...
 
 
 @dataclass(slots=True)

@@ -12,12 +12,14 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from scramp import ScramException, ScramMechanism
 
 from app.security.principal import user
+
+# stored as it is (storage/security.py); its importers find it here too
+from storage.security import ScramCredential as ScramCredential
 
 # Kafka's ScramMechanism type codes (DescribeUserScramCredentials, AlterUserScramCredentials)
 SCRAM_MECHANISMS: Final = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -50,16 +52,6 @@ def parse_mechanisms(value: str) -> tuple[str, ...]:
                 + ", ".join(SCRAM_MECHANISMS)
             )
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    user: str
-    mechanism: str  # "SCRAM-SHA-256" | "SCRAM-SHA-512"
-    salt: bytes
-    iterations: int
-    stored_key: bytes
-    server_key: bytes
 
 
 def check_iterations(mechanism: str, iterations: int) -> None:

@@ -25,7 +25,7 @@ from app.group.records import (
     decode_offset_value,
 )
 from storage.log import EventLog, LeaseRow
-from storage.tables import log_history, log_records, partition_leases
+from storage.sql.tables import log_history, log_records, partition_leases
 
 METADATA_PARTITION = -1
 

@@ -1,7 +1,10 @@
 """The storage behaviour every backend must have (pyeventsourcing style: one abstract suite, each
-backend module only says how to get a migrated, empty database URL).
+backend module only says how to open its stores). It speaks the ports (storage/ports.py) and
+nothing else, so a new backend gets all of it from one file: a Test class that subclasses
+StoreSuite and provides the `open_store` and `open_unreachable` factories.
 
-Not collected by itself (no Test prefix); see test_sqlite.py and test_postgres.py.
+Not collected by itself (no Test prefix); the SQL backends run it with the tests that look
+inside their tables (sql_suite.py, test_sqlite.py, test_postgres.py).
 """
 
 from __future__ import annotations
@@ -9,26 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from typing import Protocol
 
 import pytest
 from hypothesis import example, given, settings
-from sqlalchemy import insert, text
 
 from app.group.records import OffsetValue, Record, RecordType, group_record, offset_record
+from storage.envelope import AppendBatch, StoredRecord
 from storage.errors import (
     ConfigMismatch,
     FencedError,
-    IntegrityError,
     OperationalError,
     RecordTooLarge,
     StorageError,
     WriterBusy,
     WriterStopped,
 )
-from storage.log import AppendBatch, EventLog, LeaseRow, StoredRecord
-from storage.migrate import upgrade_async
-from storage.tables import log_records, metadata
+from storage.ports import LeaseRow, Store
 from storage.writer import LogWriter
 from tests.storage.compaction_cases import FOUND_FAILING, histories, replayed_state
 from tests.storage.security_suite import SecuritySuite
@@ -42,7 +43,7 @@ def rec(i: int, value: bytes | None = b"v", type_: RecordType = RecordType.OFFSE
     return Record(type_, f"k{i}".encode(), value if value is None else value + str(i).encode())
 
 
-async def read_all(log: EventLog, partition: int, **kw: int) -> list[StoredRecord]:
+async def read_all(log: Store, partition: int, **kw: int) -> list[StoredRecord]:
     out: list[StoredRecord] = []
     async for batch in log.read(partition, **kw):
         out.extend(batch)
@@ -50,9 +51,9 @@ async def read_all(log: EventLog, partition: int, **kw: int) -> list[StoredRecor
 
 
 class CountingLog:
-    """Wraps EventLog.append: records each transaction, can inject failures."""
+    """Wraps a store's append: records each transaction, can inject failures."""
 
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: Store) -> None:
         self.log = log
         self.calls: list[list[AppendBatch]] = []
         self.fail_next: list[BaseException] = []
@@ -64,35 +65,43 @@ class CountingLog:
         return await self.log.append(batches)
 
 
-class EventLogSuite(SecuritySuite):
+class OpenStore(Protocol):
+    """Opens a store on the test's database: each call an independent one, as another node or
+    a restarted process would open it. `record_types`: what reads return for those numbers."""
+
+    def __call__(self, *, record_types: Iterable[int] = ()) -> Awaitable[Store]: ...
+
+
+class StoreSuite(SecuritySuite):
     # --- what a backend module provides ------------------------------------------------------
 
     @pytest.fixture
-    def url(self) -> str:
-        """A migrated, empty database."""
+    def open_store(self) -> OpenStore:
+        """Stores on one empty database (its schema made), fresh for each test."""
         raise NotImplementedError
 
     @pytest.fixture
-    def unreachable_url(self) -> str:
+    def open_unreachable(self) -> OpenStore:
+        """Stores on a database that cannot be reached: opening one fails."""
         raise NotImplementedError
 
     # --- shared fixtures -----------------------------------------------------------------------
 
     @pytest.fixture
-    async def log(self, url: str) -> AsyncIterator[EventLog]:
-        log = await EventLog.open(url, record_types=RecordType)
+    async def log(self, open_store: OpenStore) -> AsyncIterator[Store]:
+        log = await open_store(record_types=RecordType)
         yield log
         await log.close()
 
     @pytest.fixture
-    async def log2(self, url: str) -> AsyncIterator[EventLog]:
-        """A second, independent EventLog on the same database (another node)."""
-        log = await EventLog.open(url, record_types=RecordType)
+    async def log2(self, open_store: OpenStore) -> AsyncIterator[Store]:
+        """A second, independent store on the same database (another node)."""
+        log = await open_store(record_types=RecordType)
         yield log
         await log.close()
 
     @staticmethod
-    async def lease(log: EventLog, partition: int, node: int = NODE1, now: int = T0) -> int:
+    async def lease(log: Store, partition: int, node: int = NODE1, now: int = T0) -> int:
         epoch = await log.acquire_lease(partition, node, TTL, now)
         assert epoch is not None
         return epoch
@@ -100,7 +109,7 @@ class EventLogSuite(SecuritySuite):
     # --- append and read -----------------------------------------------------------------------
 
     async def test_append_then_read_round_trips_order_bytes_and_tombstones(
-        self, log: EventLog
+        self, log: Store
     ) -> None:
         e0 = await self.lease(log, 0)
         e1 = await self.lease(log, 1)
@@ -137,7 +146,7 @@ class EventLogSuite(SecuritySuite):
         assert await log.end_offset(1) == 1
 
     async def test_a_large_append_lands_whole_in_order_across_its_statements(
-        self, log: EventLog
+        self, log: Store
     ) -> None:
         """203 records in one transaction (the first append of each partition, so the general
         path writes them, in several multi-row INSERTs), tombstones at the chunk edges."""
@@ -166,12 +175,12 @@ class EventLogSuite(SecuritySuite):
         assert [s.offset for s in stored] == list(range(133))
         assert [s.record() for s in await read_all(log, 1)] == b
 
-    async def test_empty_partition_reads_nothing_and_ends_at_zero(self, log: EventLog) -> None:
+    async def test_empty_partition_reads_nothing_and_ends_at_zero(self, log: Store) -> None:
         assert await read_all(log, 7) == []
         assert await log.end_offset(7) == 0
         assert await log.append([]) == []
 
-    async def test_read_from_and_until_offset(self, log: EventLog) -> None:
+    async def test_read_from_and_until_offset(self, log: Store) -> None:
         e = await self.lease(log, 0)
         await log.append([AppendBatch(0, e, NODE1, [rec(i) for i in range(10)])])
         assert [s.offset for s in await read_all(log, 0, from_offset=7)] == [7, 8, 9]
@@ -179,13 +188,13 @@ class EventLogSuite(SecuritySuite):
         assert [s.offset for s in window] == [2, 3, 4]
         assert await read_all(log, 0, from_offset=10) == []
 
-    async def test_offsets_continue_after_reopen(self, url: str) -> None:
-        log = await EventLog.open(url)
+    async def test_offsets_continue_after_reopen(self, open_store: OpenStore) -> None:
+        log = await open_store()
         e = await self.lease(log, 3)
         assert await log.append([AppendBatch(3, e, NODE1, [rec(i) for i in range(3)])]) == [2]
         await log.close()
 
-        log = await EventLog.open(url)
+        log = await open_store()
         try:
             assert await log.end_offset(3) == 3
             assert await log.append([AppendBatch(3, e, NODE1, [rec(3), rec(4)])]) == [4]
@@ -194,7 +203,7 @@ class EventLogSuite(SecuritySuite):
             await log.close()
 
     async def test_offsets_stay_dense_when_ownership_moves_back_and_forth(
-        self, log: EventLog, log2: EventLog
+        self, log: Store, log2: Store
     ) -> None:
         # node 1's offset cache is per epoch: after node 2 wrote in between, it must re-read.
         e1 = await self.lease(log, 0)
@@ -213,7 +222,7 @@ class EventLogSuite(SecuritySuite):
             (3, NODE1, e3),
         ]
 
-    async def test_read_streams_large_partitions_in_batches(self, log: EventLog) -> None:
+    async def test_read_streams_large_partitions_in_batches(self, log: Store) -> None:
         e = await self.lease(log, 0)
         n = 50_000
         for start in range(0, n, 5000):
@@ -229,7 +238,7 @@ class EventLogSuite(SecuritySuite):
         assert expected == n
         assert sizes == [7000] * 7 + [1000]
 
-    async def test_stopping_a_read_early_releases_its_connection(self, log: EventLog) -> None:
+    async def test_stopping_a_read_early_releases_its_connection(self, log: Store) -> None:
         e = await self.lease(log, 0)
         await log.append([AppendBatch(0, e, NODE1, [rec(i) for i in range(100)])])
         for _ in range(20):  # more than the pool holds if connections leaked
@@ -239,39 +248,9 @@ class EventLogSuite(SecuritySuite):
                     break
         assert await log.end_offset(0) == 100
 
-    async def test_many_concurrent_loads_leave_connections_for_appends(self, url: str) -> None:
-        # Partitions loading at once (as at startup) on a 2-connection pool with a short checkout
-        # timeout: a read holds a connection only while it fetches a batch, never while the
-        # consumer replays it, so appends still get a connection.
-        log = await EventLog.open(url, pool_size=2, max_overflow=0, pool_timeout=0.5)
-        try:
-            parts = list(range(12))
-            epochs = await log.acquire_leases(parts, NODE1, TTL, T0)
-            await log.append(
-                [AppendBatch(p, epochs[p], NODE1, [rec(i) for i in range(20)]) for p in parts]
-            )
-
-            async def load(p: int) -> int:
-                n = 0
-                async for batch in log.read(p, batch_size=5):
-                    n += len(batch)
-                    await asyncio.sleep(0.03)  # replay work
-                return n
-
-            async def appends() -> None:
-                for i in range(20):
-                    await log.append([AppendBatch(0, epochs[0], NODE1, [rec(i)])])
-                    await asyncio.sleep(0.03)
-
-            counts, _ = await asyncio.gather(asyncio.gather(*(load(p) for p in parts)), appends())
-            assert counts[1:] == [20] * 11 and counts[0] >= 20
-            assert await log.end_offset(0) == 40
-        finally:
-            await log.close()
-
     # --- fencing -------------------------------------------------------------------------------
 
-    async def test_stale_epoch_is_fenced_and_nothing_is_written(self, log: EventLog) -> None:
+    async def test_stale_epoch_is_fenced_and_nothing_is_written(self, log: Store) -> None:
         e0 = await self.lease(log, 0)
         e1 = await self.lease(log, 1)
         with pytest.raises(FencedError) as info:
@@ -286,7 +265,7 @@ class EventLogSuite(SecuritySuite):
         assert await read_all(log, 0) == [] and await read_all(log, 1) == []
         assert await log.append([AppendBatch(1, e1, NODE1, [rec(0)])]) == [0]
 
-    async def test_another_nodes_lease_is_fenced(self, log: EventLog, log2: EventLog) -> None:
+    async def test_another_nodes_lease_is_fenced(self, log: Store, log2: Store) -> None:
         e = await self.lease(log2, 0, NODE2)
         with pytest.raises(FencedError) as info:
             await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
@@ -295,7 +274,7 @@ class EventLogSuite(SecuritySuite):
             await log.append([AppendBatch(5, 1, NODE1, [rec(0)])])
         assert await log.end_offset(0) == 0 and await log.end_offset(5) == 0
 
-    async def test_released_lease_fences_its_former_owner(self, log: EventLog) -> None:
+    async def test_released_lease_fences_its_former_owner(self, log: Store) -> None:
         e = await self.lease(log, 0)
         assert await log.release_lease(0, NODE1, e)
         with pytest.raises(FencedError):
@@ -307,7 +286,7 @@ class EventLogSuite(SecuritySuite):
     # that checks the leases and inserts): these fence it there.
 
     async def test_a_fenced_batch_on_the_hot_path_appends_nothing(
-        self, log: EventLog, log2: EventLog
+        self, log: Store, log2: Store
     ) -> None:
         epochs = await log.acquire_leases([0, 1], NODE1, TTL, T0)
         await log.append([AppendBatch(p, epochs[p], NODE1, [rec(p)]) for p in (0, 1)])
@@ -330,7 +309,7 @@ class EventLogSuite(SecuritySuite):
         assert await log2.append([AppendBatch(0, e2, NODE2, [rec(14)])]) == [1]
 
     async def test_a_stale_epoch_beside_the_current_one_fences_the_whole_append(
-        self, log: EventLog
+        self, log: Store
     ) -> None:
         e = await self.lease(log, 0)
         await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
@@ -345,7 +324,7 @@ class EventLogSuite(SecuritySuite):
         assert await log.end_offset(0) == 2
         assert await log.append([AppendBatch(0, e_new, NODE1, [rec(3)])]) == [2]
 
-    async def test_an_empty_batch_is_fenced_on_the_hot_path_too(self, log: EventLog) -> None:
+    async def test_an_empty_batch_is_fenced_on_the_hot_path_too(self, log: Store) -> None:
         e = await self.lease(log, 0)
         assert await log.append([AppendBatch(0, e, NODE1, [rec(0), rec(1)])]) == [1]
         assert await log.append([AppendBatch(0, e, NODE1, [])]) == [1]  # the last offset
@@ -357,7 +336,7 @@ class EventLogSuite(SecuritySuite):
         assert info.value.partition == 0  # the first fenced partition in partition order
         assert await log.end_offset(0) == 2
 
-    async def test_zombie_cannot_write_after_takeover(self, log: EventLog, log2: EventLog) -> None:
+    async def test_zombie_cannot_write_after_takeover(self, log: Store, log2: Store) -> None:
         """Node 1 keeps appending while node 2 takes the partition over: every node-1 record
         precedes every node-2 record, offsets stay dense, and node 1 ends up fenced."""
         e1 = await self.lease(log, 0)
@@ -390,7 +369,7 @@ class EventLogSuite(SecuritySuite):
         assert stored[first2].epoch == e2
 
     async def test_a_record_over_the_limit_fails_alone_and_nothing_is_written(
-        self, log: EventLog
+        self, log: Store
     ) -> None:
         epoch = await self.lease(log, 0)
         writer = LogWriter(log, NODE1, max_record_bytes=64)
@@ -403,7 +382,7 @@ class EventLogSuite(SecuritySuite):
         await writer.stop()
         assert [s.key for s in await read_all(log, 0)] == [b"k2"]
 
-    async def test_a_full_writer_queue_refuses_more_until_it_drains(self, log: EventLog) -> None:
+    async def test_a_full_writer_queue_refuses_more_until_it_drains(self, log: Store) -> None:
         epoch = await self.lease(log, 0)
         writer = LogWriter(log, NODE1, max_queued_records=100)
         queued = [writer.submit(0, epoch, [rec(i)]) for i in range(100)]  # not started: queued
@@ -415,7 +394,7 @@ class EventLogSuite(SecuritySuite):
         assert await writer.submit(0, epoch, [rec(101)]) == 100  # drained: accepted again
         await writer.stop()
 
-    async def test_the_database_clock_is_milliseconds_since_the_epoch(self, log: EventLog) -> None:
+    async def test_the_database_clock_is_milliseconds_since_the_epoch(self, log: Store) -> None:
         import time
 
         first = await log.clock_ms()
@@ -425,9 +404,7 @@ class EventLogSuite(SecuritySuite):
 
     # --- leases --------------------------------------------------------------------------------
 
-    async def test_lease_acquire_extend_expire_and_takeover(
-        self, log: EventLog, log2: EventLog
-    ) -> None:
+    async def test_lease_acquire_extend_expire_and_takeover(self, log: Store, log2: Store) -> None:
         assert await log.acquire_lease(0, NODE1, TTL, T0) == 1
         assert await log.acquire_lease(0, NODE1, TTL, T0 + 1) == 1  # ours and live: same epoch
         assert await log.leases() == [LeaseRow(0, NODE1, 1, T0 + 1 + TTL)]
@@ -440,31 +417,27 @@ class EventLogSuite(SecuritySuite):
         assert await log2.renew_leases(NODE2, {0: 2}, TTL, T0 + 2 * TTL) == {0}
         assert await log.leases() == [LeaseRow(0, NODE2, 2, T0 + 3 * TTL)]
 
-    async def test_reacquiring_an_expired_lease_of_ours_bumps_the_epoch(
-        self, log: EventLog
-    ) -> None:
+    async def test_reacquiring_an_expired_lease_of_ours_bumps_the_epoch(self, log: Store) -> None:
         e = await self.lease(log, 0)
         assert await log.acquire_lease(0, NODE1, TTL, T0 + TTL) == e + 1
         with pytest.raises(FencedError):  # writes queued under the lapsed epoch are fenced
             await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
 
     async def test_a_restarted_node_takes_its_own_live_lease_at_a_new_epoch(
-        self, log: EventLog
+        self, log: Store
     ) -> None:
         e = await self.lease(log, 0)
         assert await log.acquire_leases([0], NODE1, TTL, T0 + 1, bump_own=True) == {0: e + 1}
         with pytest.raises(FencedError):  # the previous incarnation's writes are fenced
             await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
 
-    async def test_release_then_acquire_bumps_the_epoch(
-        self, log: EventLog, log2: EventLog
-    ) -> None:
+    async def test_release_then_acquire_bumps_the_epoch(self, log: Store, log2: Store) -> None:
         e = await self.lease(log, 0)
         assert await log.release_lease(0, NODE1, e)
         assert await log.leases() == [LeaseRow(0, None, e, 0)]
         assert await log2.acquire_lease(0, NODE2, TTL, T0 + 1) == e + 1
 
-    async def test_renew_only_where_owner_and_epoch_match(self, log: EventLog) -> None:
+    async def test_renew_only_where_owner_and_epoch_match(self, log: Store) -> None:
         leases = await log.acquire_leases([0, 1, 2], NODE1, TTL, T0)
         assert leases == {0: 1, 1: 1, 2: 1}
         renewed = await log.renew_leases(NODE1, {0: 1, 1: 7, 9: 1}, TTL, T0 + 100)
@@ -475,9 +448,7 @@ class EventLogSuite(SecuritySuite):
         assert await log.renew_leases(NODE1, {2: 1}, TTL, T0 + 5 * TTL) == {2}
         assert await log.renew_leases(NODE1, {}, TTL, T0) == set()
 
-    async def test_acquire_many_takes_only_what_is_free(
-        self, log: EventLog, log2: EventLog
-    ) -> None:
+    async def test_acquire_many_takes_only_what_is_free(self, log: Store, log2: Store) -> None:
         assert await log2.acquire_leases([1, 3], NODE2, TTL, T0) == {1: 1, 3: 1}
         assert await log.acquire_leases([3, 0, 1, 2, -1], NODE1, TTL, T0) == {-1: 1, 0: 1, 2: 1}
         assert [(r.partition, r.owner_node_id) for r in await log.leases()] == [
@@ -490,7 +461,7 @@ class EventLogSuite(SecuritySuite):
         assert await log.acquire_leases([], NODE1, TTL, T0) == {}
 
     async def test_lease_traffic_racing_appends_never_deadlocks(
-        self, log: EventLog, log2: EventLog
+        self, log: Store, log2: Store
     ) -> None:
         parts = [0, 1, 2, 3]
         epochs = await log.acquire_leases(parts, NODE1, TTL, T0)
@@ -512,7 +483,7 @@ class EventLogSuite(SecuritySuite):
 
     # --- nodes and cluster meta ----------------------------------------------------------------
 
-    async def test_nodes_register_heartbeat_and_liveness(self, log: EventLog) -> None:
+    async def test_nodes_register_heartbeat_and_liveness(self, log: Store) -> None:
         await log.register_node(NODE1, "10.0.0.1", 9092, "http://10.0.0.1:8080", T0)
         await log.register_node(NODE2, "10.0.0.2", 9093, None, T0)
         assert await log.heartbeat_node(NODE1, T0 + 5000)
@@ -533,9 +504,7 @@ class EventLogSuite(SecuritySuite):
         await log.deregister_node(NODE2)
         assert [n.node_id for n in await log.live_nodes(T0 + 7000, ttl_ms=3000)] == [NODE1]
 
-    async def test_log_partitions_are_fixed_at_first_use(
-        self, log: EventLog, log2: EventLog
-    ) -> None:
+    async def test_log_partitions_are_fixed_at_first_use(self, log: Store, log2: Store) -> None:
         assert await log.log_partitions() is None
         assert await log.ensure_log_partitions(8) == 8
         assert await log2.ensure_log_partitions(8) == 8
@@ -543,63 +512,22 @@ class EventLogSuite(SecuritySuite):
             await log2.ensure_log_partitions(16)
         assert await log.log_partitions() == 8
 
-    async def test_cluster_id_is_made_once_and_shared(self, log: EventLog, log2: EventLog) -> None:
+    async def test_cluster_id_is_made_once_and_shared(self, log: Store, log2: Store) -> None:
         first = await log.ensure_cluster_id()
         assert re.fullmatch(r"[A-Za-z0-9_-]{22}", first)  # Kafka's shape: 16 bytes, base64url
         assert await log2.ensure_cluster_id() == first == await log.ensure_cluster_id()
 
     # --- errors --------------------------------------------------------------------------------
 
-    async def test_unreachable_database_raises_a_storage_error(self, unreachable_url: str) -> None:
-        with pytest.raises(OperationalError):
-            await EventLog.open(unreachable_url)
-
-    async def test_offset_conflict_is_an_integrity_error_and_resets_the_cache(
-        self, log: EventLog
+    async def test_unreachable_database_raises_a_storage_error(
+        self, open_unreachable: OpenStore
     ) -> None:
-        e = await self.lease(log, 0)
-        await log.append([AppendBatch(0, e, NODE1, [rec(0)])])
-        # a rogue row the writer's cache does not know about
-        async with log.engine.begin() as conn:
-            await conn.execute(
-                insert(log_records).values(
-                    partition=0,
-                    offset=1,
-                    record_type=2,
-                    key=b"r",
-                    value=None,
-                    epoch=e,
-                    node_id=NODE2,
-                    append_time_ms=T0,
-                )
-            )
-        with pytest.raises(IntegrityError):
-            await log.append([AppendBatch(0, e, NODE1, [rec(1)])])
-        assert await log.append([AppendBatch(0, e, NODE1, [rec(2)])]) == [2]
-
-    # --- migrations ----------------------------------------------------------------------------
-
-    async def test_migrations_are_idempotent_and_match_the_tables(self, url: str) -> None:
-        from alembic.autogenerate import compare_metadata
-        from alembic.migration import MigrationContext
-
-        await upgrade_async(url)  # already at head (the fixture migrated): no-op
-        await upgrade_async(url)
-        log = await EventLog.open(url)
-        try:
-            async with log.engine.connect() as conn:
-                version = await conn.execute(text("SELECT version_num FROM alembic_version"))
-                assert version.scalars().all() == ["0003"]
-                diff = await conn.run_sync(
-                    lambda c: compare_metadata(MigrationContext.configure(c), metadata)
-                )
-            assert diff == []
-        finally:
-            await log.close()
+        with pytest.raises(OperationalError):
+            await open_unreachable()
 
     # --- the group-commit writer ---------------------------------------------------------------
 
-    async def test_writer_group_commits_concurrent_submissions(self, log: EventLog) -> None:
+    async def test_writer_group_commits_concurrent_submissions(self, log: Store) -> None:
         parts = [0, 1, 2, 3]
         epochs = await log.acquire_leases(parts, NODE1, TTL, T0)
         counting = CountingLog(log)
@@ -632,7 +560,7 @@ class EventLogSuite(SecuritySuite):
             by_offset = {s.offset: s.key for s in stored}
             assert all(by_offset[o] == f"k{i}".encode() for o, i in results[p])
 
-    async def test_writer_offsets_follow_submission_order(self, log: EventLog) -> None:
+    async def test_writer_offsets_follow_submission_order(self, log: Store) -> None:
         e = await self.lease(log, 0)
         writer = LogWriter(log, NODE1)
         futures = [writer.submit(0, e, [rec(i), rec(i)]) for i in range(50)]
@@ -640,7 +568,7 @@ class EventLogSuite(SecuritySuite):
         assert await asyncio.gather(*futures) == [2 * i + 1 for i in range(50)]
         await writer.stop()
 
-    async def test_writer_caps_records_per_transaction(self, log: EventLog) -> None:
+    async def test_writer_caps_records_per_transaction(self, log: Store) -> None:
         e = await self.lease(log, 0)
         counting = CountingLog(log)
         writer = LogWriter(counting, NODE1, max_records_per_txn=100)
@@ -654,7 +582,7 @@ class EventLogSuite(SecuritySuite):
         assert await log.end_offset(0) == 550
 
     async def test_writer_fenced_partition_does_not_fail_the_others(
-        self, log: EventLog, log2: EventLog
+        self, log: Store, log2: Store
     ) -> None:
         epochs = await log.acquire_leases([0, 1], NODE1, TTL, T0)
         assert await log2.acquire_lease(1, NODE2, TTL, T0 + TTL) == epochs[1] + 1  # stolen
@@ -673,7 +601,7 @@ class EventLogSuite(SecuritySuite):
         assert writer.failing is None  # a fenced partition is not the store failing
         assert await log.end_offset(1) == 0 and await log.end_offset(0) == 5
 
-    async def test_writer_storage_error_fails_the_transaction_only(self, log: EventLog) -> None:
+    async def test_writer_storage_error_fails_the_transaction_only(self, log: Store) -> None:
         e = await self.lease(log, 0)
         counting = CountingLog(log)
         counting.fail_next.append(OperationalError("disk on fire"))
@@ -687,7 +615,7 @@ class EventLogSuite(SecuritySuite):
         assert writer.failing is None  # the store takes writes again
         await writer.stop()
 
-    async def test_writer_stop_flushes_then_refuses(self, log: EventLog) -> None:
+    async def test_writer_stop_flushes_then_refuses(self, log: Store) -> None:
         e = await self.lease(log, 0)
         writer = LogWriter(log, NODE1)
         writer.start()
@@ -699,7 +627,7 @@ class EventLogSuite(SecuritySuite):
             await late
 
     async def test_two_nodes_write_their_own_partitions_concurrently(
-        self, log: EventLog, log2: EventLog
+        self, log: Store, log2: Store
     ) -> None:
         e1 = await self.lease(log, 0, NODE1)
         e2 = await self.lease(log2, 1, NODE2)
@@ -725,80 +653,12 @@ class EventLogSuite(SecuritySuite):
 
     # --- compaction --------------------------------------------------------------------------
 
-    async def compact_fully(self, log: EventLog, partition: int, epoch: int) -> None:
+    async def compact_fully(self, log: Store, partition: int, epoch: int) -> None:
         # two rounds: a tombstone goes only once the values it deleted are gone
         for _ in range(2):
             await log.compact(partition, NODE1, epoch, tombstone_cutoff_ms=T0 * 2, chunk_offsets=7)
 
-    async def test_compaction_keeps_the_newest_record_per_key_and_archives_the_rest(
-        self, log: EventLog
-    ) -> None:
-        e = await self.lease(log, 0)
-        writes = [
-            rec(1, b"a"),
-            rec(2, b"a"),
-            rec(1, b"b"),
-            rec(2, None),
-            rec(3, b"a"),
-            rec(1, b"c"),
-        ]
-        for r in writes:
-            await log.append([AppendBatch(0, e, NODE1, [r])], now_ms=T0)
-        stats = await log.compact(0, NODE1, e, tombstone_cutoff_ms=T0 + 1)
-        assert stats.removed == 3
-        kept = await read_all(log, 0)
-        assert [(s.offset, s.key, s.value) for s in kept] == [
-            (3, b"k2", None),
-            (4, b"k3", b"a3"),
-            (5, b"k1", b"c1"),
-        ]
-        async with log.engine.connect() as conn:
-            history = (
-                await conn.execute(
-                    text(
-                        'SELECT "offset", value FROM log_history WHERE partition = 0 '
-                        'ORDER BY "offset"'
-                    )
-                )
-            ).all()
-        assert [tuple(r) for r in history] == [(0, b"a1"), (1, b"a2"), (2, b"b1")]
-        # a second round removes the tombstone, whose deleted value is gone now
-        await log.compact(0, NODE1, e, tombstone_cutoff_ms=T0 + 1)
-        assert [s.offset for s in await read_all(log, 0)] == [4, 5]
-        # new appends continue after the last offset, never reusing one
-        await log.append([AppendBatch(0, e, NODE1, [rec(9)])])
-        assert (await read_all(log, 0))[-1].offset == 6
-
-    async def test_history_older_than_its_retention_is_deleted_by_the_partition_owner(
-        self, log: EventLog
-    ) -> None:
-        async def history(partition: int) -> list[int]:
-            async with log.engine.connect() as conn:
-                rows = await conn.execute(
-                    text('SELECT "offset" FROM log_history WHERE partition = :p ORDER BY "offset"'),
-                    {"p": partition},
-                )
-                return [r[0] for r in rows]
-
-        e0, e1 = await self.lease(log, 0), await self.lease(log, 1)
-        for p, e in ((0, e0), (1, e1)):
-            await log.append([AppendBatch(p, e, NODE1, [rec(1), rec(1), rec(1)])], now_ms=T0)
-            await log.compact(p, NODE1, e, tombstone_cutoff_ms=T0, now_ms=T0)
-        await log.append([AppendBatch(0, e0, NODE1, [rec(1)])], now_ms=T0)
-        await log.compact(0, NODE1, e0, tombstone_cutoff_ms=T0, now_ms=T0 + 1000)
-        assert await history(0) == [0, 1, 2]
-        stats = await log.compact(
-            0, NODE1, e0, tombstone_cutoff_ms=T0, chunk_offsets=1, history_cutoff_ms=T0 + 1
-        )
-        assert stats.history_removed == 2
-        assert await history(0) == [2]  # archived at T0 + 1000: younger than the cutoff
-        assert await history(1) == [0, 1]  # another partition's history is its owner's
-        await self.lease(log, 1, NODE2, now=T0 + TTL)  # partition 1 moved: fenced
-        with pytest.raises(FencedError):
-            await log.compact(1, NODE1, e1, tombstone_cutoff_ms=T0, history_cutoff_ms=T0 + 1)
-        assert await history(1) == [0, 1]
-
-    async def test_young_tombstones_and_the_last_row_are_kept(self, log: EventLog) -> None:
+    async def test_young_tombstones_and_the_last_row_are_kept(self, log: Store) -> None:
         e = await self.lease(log, 0)
         await log.append([AppendBatch(0, e, NODE1, [rec(1, None), rec(2, None)])], now_ms=T0)
         await log.compact(0, NODE1, e, tombstone_cutoff_ms=T0)  # not older than the cutoff
@@ -806,7 +666,7 @@ class EventLogSuite(SecuritySuite):
         await log.compact(0, NODE1, e, tombstone_cutoff_ms=T0 + 1)
         assert [s.offset for s in await read_all(log, 0)] == [1]  # the last row stays
 
-    async def test_compaction_is_fenced_like_an_append(self, log: EventLog, log2: EventLog) -> None:
+    async def test_compaction_is_fenced_like_an_append(self, log: Store, log2: Store) -> None:
         e = await self.lease(log, 0)
         await log.append([AppendBatch(0, e, NODE1, [rec(1), rec(1)])])
         assert await log.release_lease(0, NODE1, e)
@@ -815,7 +675,7 @@ class EventLogSuite(SecuritySuite):
             await log.compact(0, NODE1, e, tombstone_cutoff_ms=T0)
         assert len(await read_all(log, 0)) == 2
 
-    async def test_compaction_during_a_paged_load_loses_nothing(self, log: EventLog) -> None:
+    async def test_compaction_during_a_paged_load_loses_nothing(self, log: Store) -> None:
         e = await self.lease(log, 0)
         records = []
         for i in range(200):
@@ -831,7 +691,7 @@ class EventLogSuite(SecuritySuite):
         assert replayed_state([s.record() for s in seen]) == replayed_state(records)
 
     async def test_read_latest_keeps_the_newest_record_per_key_in_offset_order(
-        self, log: EventLog
+        self, log: Store
     ) -> None:
         e = await self.lease(log, 0)
         records = []
@@ -852,7 +712,9 @@ class EventLogSuite(SecuritySuite):
         assert replayed_state(latest.records) == replayed_state(records)
         assert (await log.read_latest(2)) == (0, [])
 
-    def test_replaying_the_compacted_log_equals_replaying_the_full_log(self, url: str) -> None:
+    def test_replaying_the_compacted_log_equals_replaying_the_full_log(
+        self, open_store: OpenStore
+    ) -> None:
         partitions = iter(range(10_000))
 
         @settings(max_examples=40, deadline=None)
@@ -860,7 +722,7 @@ class EventLogSuite(SecuritySuite):
         @example(history=FOUND_FAILING)
         def check(history: list[Record]) -> None:
             async def run() -> None:
-                log = await EventLog.open(url, record_types=RecordType)
+                log = await open_store(record_types=RecordType)
                 try:
                     p = next(partitions)
                     e = await self.lease(log, p)

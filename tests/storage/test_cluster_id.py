@@ -2,7 +2,7 @@
 
 import re
 
-from storage.cluster import random_cluster_id
+from storage.sql.cluster import random_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash() -> None:

@@ -13,12 +13,13 @@ from sqlalchemy import event, make_url
 from storage.errors import FencedError
 from storage.log import AppendBatch, EventLog
 from tests.storage.conftest import pg_truncate, pg_url
-from tests.storage.suite import NODE1, NODE2, T0, TTL, EventLogSuite, read_all, rec
+from tests.storage.sql_suite import SqlStoreSuite
+from tests.storage.suite import NODE1, NODE2, T0, TTL, read_all, rec
 
 pytestmark = pytest.mark.postgres
 
 
-class TestPostgresEventLog(EventLogSuite):
+class TestPostgresEventLog(SqlStoreSuite):
     @pytest.fixture
     async def url(self, pg_database: str) -> str:
         await pg_truncate(pg_database)
@@ -30,7 +31,7 @@ class TestPostgresEventLog(EventLogSuite):
         return url.render_as_string(hide_password=False)
 
 
-# --- the hot append path (storage/pg_append.py) -------------------------------------------------
+# --- the hot append path (storage/sql/pg_append.py) ---------------------------------------------
 
 
 async def _warm(log: EventLog, partitions: list[int]) -> dict[int, int]:
@@ -149,7 +150,7 @@ async def test_an_append_too_large_for_one_statement_takes_the_executemany_path(
     log = await EventLog.open(pg_database)
     try:
         epochs = await _warm(log, [0, 1])
-        monkeypatch.setattr("storage.log.MAX_STATEMENT_BYTES", 1000)
+        monkeypatch.setattr("storage.sql.log.MAX_STATEMENT_BYTES", 1000)
         appender = log._db.pg_appender
         assert appender is not None
         await appender._drop()  # the hot statement must not run (it would reconnect)

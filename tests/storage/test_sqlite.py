@@ -17,18 +17,19 @@ import pytest
 from sqlalchemy import text
 
 from app.group.records import Record, RecordType
-from storage import sqlite_thread
-from storage.engine import WAL_AUTOCHECKPOINT_PAGES
 from storage.errors import StorageError
 from storage.log import AppendBatch, EventLog
 from storage.migrate import upgrade
-from storage.sqlite_thread import SqliteThread, WalCheckpointer
+from storage.sql import sqlite_thread
+from storage.sql.engine import WAL_AUTOCHECKPOINT_PAGES
+from storage.sql.sqlite_thread import SqliteThread, WalCheckpointer
 from tests.api.helpers import eventually
 from tests.storage.conftest import sqlite_url
-from tests.storage.suite import EventLogSuite, read_all
+from tests.storage.sql_suite import SqlStoreSuite
+from tests.storage.suite import read_all
 
 
-class TestSQLiteEventLog(EventLogSuite):
+class TestSQLiteEventLog(SqlStoreSuite):
     @pytest.fixture
     def url(self, sqlite_db: str) -> str:
         return sqlite_db
@@ -146,7 +147,7 @@ async def test_a_failing_checkpointer_warns_once_and_stops_cleanly(
     real_connect = sqlite_thread._connect
     monkeypatch.setattr(sqlite_thread, "_connect", connect)
     checkpointer = WalCheckpointer(tmp_path / "missing" / "log.db", 100, interval_s=0.01)
-    with caplog.at_level(logging.WARNING, logger="storage.sqlite_thread"):
+    with caplog.at_level(logging.WARNING, logger="storage.sql.sqlite_thread"):
         checkpointer.start()
         await eventually(lambda: len(rounds) >= 20, what="20 failed rounds")
         await asyncio.to_thread(checkpointer.stop)

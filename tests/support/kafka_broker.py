@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from storage.cluster import random_cluster_id
+from storage.sql.cluster import random_cluster_id
 from tests.support.nodes import ROOT, die_with_parent
 from tests.support.ports import free_port
 

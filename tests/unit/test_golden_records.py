@@ -53,8 +53,8 @@ from app.group.records import (
     topic_record,
 )
 from app.security.acl import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from storage.cluster import decode_listeners, encode_listeners
-from storage.security import binding_key
+from storage.sql.cluster import decode_listeners, encode_listeners
+from storage.sql.security import binding_key
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "golden_records.txt"
 T = 1_764_000_000_000  # 2025-11-24, a fixed time: the bytes must not depend on the clock

@@ -195,10 +195,21 @@ RULES = [
     Rule(
         "storage",
         ("app", "api", "cli", "pipeline"),
-        "storage knows no group rule; it stores the security model's value types as they are",
-        allowed=("app.security.acl", "app.security.sasl"),
+        "storage knows no group rule; the security values it stores are its own "
+        "(storage/security.py)",
+    ),
+    Rule(
+        "storage.ports",
+        ("storage.sql", "sqlalchemy"),
+        "the ports know no backend: a new one implements them beside storage/sql",
     ),
     Rule("app", ("api", "cli", "pipeline"), "the edges call the core, not the other way"),
+    Rule(
+        "app",
+        ("storage.sql", "storage.log", "storage.export", "storage.migrate"),
+        "the node depends on storage's ports (storage/ports.py); whoever builds it opens the "
+        "SQL store",
+    ),
     Rule(
         "app.group",
         ("app.runtime", "app.kafka", "storage", "asyncio", "sqlalchemy", "socket"),

@@ -6,32 +6,20 @@ import base64
 import json
 import secrets
 import uuid
-from dataclasses import dataclass, field
 from typing import cast
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import errors
-from storage.database import Database
-from storage.statements import Rows, Statements, Txn
-from storage.tables import cluster_meta, nodes
+from storage.ports import NodeRow
+from storage.sql.database import Database
+from storage.sql.statements import Rows, Statements, Txn
+from storage.sql.tables import cluster_meta, nodes
 
 LOG_PARTITIONS = "log_partitions"
 CLUSTER_ID = "cluster_id"
 PEER_KEY = "admin_peer_key"
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRow:
-    node_id: int
-    kafka_host: str
-    kafka_port: int
-    admin_url: str | None
-    heartbeat_ms: int
-    started_ms: int
-    # listener name -> advertised (host, port); empty for a node that registered none
-    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 def _heartbeat(sql: Statements, node_id: int, now_ms: int) -> Txn[bool]:
@@ -117,12 +105,8 @@ class Cluster:
         """The database's time in ms: what every node judges lease and node expiry by, so that
         the nodes' own clocks may disagree or step. PostgreSQL's clock_timestamp(); for SQLite,
         whose nodes share one machine, that machine's clock as SQLite reads it."""
-        if self._db.pg:
-            now = text("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint")
-        else:
-            now = text("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)")
         async with self._db.read() as conn:
-            return int((await conn.execute(now)).scalar_one())
+            return int((await conn.execute(self._db.dialect.clock)).scalar_one())
 
     async def live_nodes(self, now_ms: int, ttl_ms: int) -> list[NodeRow]:
         """Nodes whose last heartbeat is younger than ttl_ms, by node_id."""

@@ -1,7 +1,7 @@
 """The hot statements, spelled once, and transaction bodies that either driver runs.
 
 On a SQLite file, appends and lease renewals run on a bare sqlite3 connection, a whole
-transaction in one thread hop (storage/sqlite_thread.py); everywhere else they go through
+transaction in one thread hop (storage/sql/sqlite_thread.py); everywhere else they go through
 SQLAlchemy. So that each is written once, a transaction body is a generator: it yields each
 statement (a Stmt) and receives its rows, and a runner executes it on one connection or the
 other. The statements bypass SQLAlchemy's per-statement compilation and parameter processing
@@ -15,15 +15,16 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final, NamedTuple, TypeVar
 
 from sqlalchemy import insert
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect as Compiler
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.columns import LOG_COLUMN_NAMES
-from storage.tables import log_records
+from storage.sql.dialect import Dialect, Rows
+from storage.sql.tables import log_records
 
 T = TypeVar("T")
 
-Rows = Sequence[Sequence[Any]]
+__all__ = ["Rows", "Statements", "Stmt", "Txn", "run_async", "run_sqlite3"]
 
 
 class Stmt(NamedTuple):
@@ -73,12 +74,12 @@ APPEND_CHUNK: Final = 64
 class Statements:
     """The SQL of the hot operations for one dialect: '?' placeholders ('$n' on asyncpg)."""
 
-    def __init__(self, dialect: Dialect) -> None:
-        self._pg = dialect.name == "postgresql"
+    def __init__(self, dialect: Dialect, compiler: Compiler) -> None:
+        self._dialect = dialect
         # Compiled once, executed with plain tuples: that skips SQLAlchemy's per-row parameter
         # processing (measured ~3x on aiosqlite, ~1.5x on asyncpg against
         # conn.execute(insert(...), [dicts])). Rows are tuples in LOG_COLUMNS order.
-        compiled = insert(log_records).compile(dialect=dialect)
+        compiled = insert(log_records).compile(dialect=compiler)
         if tuple(compiled.positiontup or ()) != LOG_COLUMN_NAMES:
             raise RuntimeError(f"unexpected INSERT parameter order {compiled.positiontup}")
         self.append_sql = str(compiled)
@@ -86,7 +87,7 @@ class Statements:
         self._insert_row = f"({_marks(len(LOG_COLUMN_NAMES))})"
         # The newest-per-key scan of a load: four columns, keyset pages (a LIMIT of -1 is
         # no limit on SQLite).
-        self.latest_page_sql = self._numbered(
+        self.latest_page_sql = dialect.numbered(
             'SELECT "offset", record_type, key, value FROM log_records '
             'WHERE "partition" = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?'
         )
@@ -102,7 +103,7 @@ class Statements:
         Under figure 3's commit load that made a 1,000-row group commit 2-5x slower than the
         same rows in 64-row statements (bench: durable commits/s). PostgreSQL keeps one
         executemany, which asyncpg sends as one pipelined batch on the event loop."""
-        if self._pg:
+        if self._dialect.executemany_appends:
             return [Stmt(self.append_sql, rows, many=True)] if rows else []
         out: list[Stmt] = []
         i, n = 0, len(rows)
@@ -123,7 +124,7 @@ class Statements:
         """(partition, owner, epoch) of these lease rows, in partition order. On PostgreSQL
         the rows are locked (`lock`: FOR SHARE or FOR UPDATE) until the transaction ends;
         SQLite transactions here hold the database write lock already (BEGIN IMMEDIATE)."""
-        suffix = f" {lock}" if self._pg else ""
+        suffix = f" {lock}" if self._dialect.locks_rows else ""
         sql = self._sized(
             "lease_rows" + suffix,
             len(partitions),
@@ -171,14 +172,8 @@ class Statements:
         """The statement `build` makes for `n` values, built once per (name, n)."""
         sql = self._cache.get((name, n))
         if sql is None:
-            sql = self._cache[(name, n)] = self._numbered(build(n))
+            sql = self._cache[(name, n)] = self._dialect.numbered(build(n))
         return sql
-
-    def _numbered(self, sql: str) -> str:
-        if not self._pg:
-            return sql
-        parts = sql.split("?")
-        return "".join(f"{p}${i}" for i, p in enumerate(parts[:-1], 1)) + parts[-1]
 
 
 def _marks(n: int) -> str:

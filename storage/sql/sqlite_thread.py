@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from storage import errors
-from storage.engine import configure_sqlite
+from storage.sql.engine import configure_sqlite
 
 T = TypeVar("T")
 
@@ -99,7 +99,7 @@ def _connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
 class WalCheckpointer:
     """Copies the WAL's frames into the database file from a thread and connection of its own,
     every `interval_s` (PRAGMA wal_checkpoint(PASSIVE): it waits for no reader or writer), so
-    that no commit waits for a checkpoint (storage/engine.py WAL_AUTOCHECKPOINT_PAGES). The
+    that no commit waits for a checkpoint (storage/sql/engine.py WAL_AUTOCHECKPOINT_PAGES). The
     copy and its fsync run while the writer goes on appending to the log."""
 
     def __init__(

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, func, insert, literal, select
 
 from storage.columns import HISTORY_COLUMNS, LOG_COLUMN_NAMES
-from storage.database import Database, wall_clock_ms
-from storage.leases import fence
-from storage.statements import run_async
-from storage.tables import log_history, log_records
-
-
-@dataclass(slots=True)
-class CompactionStats:
-    partition: int
-    scanned: int = 0  # offsets covered
-    removed: int = 0
-    archived: int = 0
-    history_removed: int = 0  # archived rows older than the history retention, deleted
+from storage.ports import CompactionStats
+from storage.sql.database import Database, wall_clock_ms
+from storage.sql.leases import fence
+from storage.sql.statements import run_async
+from storage.sql.tables import log_history, log_records
 
 
 class Compaction:

@@ -7,23 +7,15 @@ fence does (FOR SHARE), so the two never deadlock; a takeover waits for an in-fl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 from sqlalchemy import bindparam, select, update
 
-from storage.database import Database
-from storage.pg_append import Claim, fence_error
-from storage.statements import Rows, Statements, Txn
-from storage.tables import partition_leases
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRow:
-    partition: int
-    owner_node_id: int | None  # None = released
-    epoch: int
-    expires_at_ms: int
+from storage.ports import LeaseRow
+from storage.sql.database import Database
+from storage.sql.pg_append import Claim, fence_error
+from storage.sql.statements import Rows, Statements, Txn
+from storage.sql.tables import partition_leases
 
 
 def fence(sql: Statements, claims: Sequence[Claim]) -> Txn[None]:

@@ -86,7 +86,7 @@ cluster_meta = Table(
 )
 
 # SCRAM credentials (KIP-84, RFC 5802): per user and mechanism what verifies a password,
-# never the password itself. Shared by every node (storage/security.py).
+# never the password itself. Shared by every node (storage/sql/security.py).
 scram_credentials = Table(
     "scram_credentials",
     metadata,
@@ -99,8 +99,8 @@ scram_credentials = Table(
     PrimaryKeyConstraint("user_name", "mechanism"),
 )
 
-# ACL bindings; the small ints are the wire codes of app/security/acl.py's enums.
-# binding_key is the SHA-256 of the seven fields (storage/security.py): the key that makes a
+# ACL bindings; the small ints are the wire codes of storage/security.py's enums.
+# binding_key is the SHA-256 of the seven fields (storage/sql/security.py): the key that makes a
 # binding unique, short whatever the length of its names (a PostgreSQL index entry over the
 # names themselves is limited to about 2.7 kB, a group id may be 4 kB).
 acls = Table(

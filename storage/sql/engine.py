@@ -78,7 +78,7 @@ def _set_wal(cur: Any, busy_timeout_ms: int) -> None:
 # SQLite checkpoints its WAL in the connection whose commit takes the log past
 # wal_autocheckpoint pages, before that commit returns: with the default (1000 pages, 4 MiB) one
 # commit in ~20 of a 1000-member group's records (207 KiB each) took 25-35 ms instead of ~1 ms,
-# copying 4 MiB into the database and syncing it. WalCheckpointer (storage/sqlite_thread.py)
+# copying 4 MiB into the database and syncing it. WalCheckpointer (storage/sql/sqlite_thread.py)
 # checkpoints from a thread of its own instead; a committing connection does it only past this
 # bound. The log restarts from its beginning only after a checkpoint that left nothing behind, so
 # under a steady stream of writes this bound is what ends its growth.

@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Table, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from storage.engine import create_engine, sqlite_file, write_engine
-from storage.errors import StorageError, translate_errors
+from storage.errors import translate_errors
 from storage.migrate import upgrade_async
-from storage.pg_append import PgAppender
-from storage.sqlite_thread import SqliteThread, WalCheckpointer
-from storage.statements import Statements, Txn, run_async, run_sqlite3
+from storage.sql.dialect import Dialect, SqliteThreads, dialect_for
+from storage.sql.engine import create_engine, write_engine
+from storage.sql.sqlite_thread import SqliteThread, WalCheckpointer
+from storage.sql.statements import Statements, Txn, run_async, run_sqlite3
 
 T = TypeVar("T")
-
-# the oldest SQLite the statements run on (RETURNING: storage/statements.py)
-MIN_SQLITE: Final = (3, 35, 0)
 
 
 def wall_clock_ms() -> int:
@@ -32,21 +27,23 @@ def wall_clock_ms() -> int:
 
 
 class Database:
-    """The SQLAlchemy engine, and on a SQLite file the two sqlite3 threads of the hot paths
-    (None on PostgreSQL and for in-memory databases, which a second connection would not
-    see): `sqlite_writer` for appends and lease renewals, `sqlite_reader` for loads, and the
-    `checkpointer` that keeps checkpoints out of their commits. On
-    PostgreSQL, `pg_appender` runs appends in one round trip on a connection of its own."""
+    """The SQLAlchemy engine, its `dialect` (storage/sql/dialect.py), and the backend's fast
+    paths: on a SQLite file the two sqlite3 threads of the hot paths (None on PostgreSQL and
+    for in-memory databases, which a second connection would not see), `sqlite_writer` for
+    appends and lease renewals, `sqlite_reader` for loads, and the `checkpointer` that keeps
+    checkpoints out of their commits; on PostgreSQL, `pg_appender`, which runs appends in one
+    round trip on a connection of its own."""
 
     def __init__(
         self,
         engine: AsyncEngine,
-        sqlite_threads: tuple[SqliteThread, SqliteThread, WalCheckpointer] | None,
+        dialect: Dialect,
+        sqlite_threads: SqliteThreads | None,
         connect_args: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
-        self.pg = engine.dialect.name == "postgresql"
-        self.sql = Statements(engine.dialect)
+        self.dialect = dialect
+        self.sql = Statements(dialect, engine.dialect)
         self.sqlite_writer: SqliteThread | None = None
         self.sqlite_reader: SqliteThread | None = None
         self.checkpointer: WalCheckpointer | None = None
@@ -54,7 +51,7 @@ class Database:
             self.sqlite_writer, self.sqlite_reader, self.checkpointer = sqlite_threads
             self.checkpointer.start()
         self._writes = write_engine(engine)
-        self.pg_appender = PgAppender(engine, connect_args or {}) if self.pg else None
+        self.pg_appender = dialect.appender(engine, connect_args or {})
 
     @classmethod
     async def open(
@@ -67,19 +64,12 @@ class Database:
         **engine_kwargs: Any,
     ) -> Database:
         """See EventLog.open."""
-        if url.startswith("sqlite") and sqlite3.sqlite_version_info < MIN_SQLITE:
-            raise StorageError(
-                f"SQLite {sqlite3.sqlite_version} is too old: the event log needs "
-                f"{'.'.join(map(str, MIN_SQLITE))} or newer (UPDATE ... RETURNING)"
-            )
+        with translate_errors():  # a URL of no backend, or one that does not parse
+            dialect = dialect_for(url)
+        dialect.check_supported()
         if migrate:
             await upgrade_async(url)
-        if lock_wait_ms is not None and not url.startswith("sqlite"):
-            settings = engine_kwargs.setdefault("connect_args", {}).setdefault(
-                "server_settings", {}
-            )
-            settings.setdefault("lock_timeout", str(lock_wait_ms))
-            settings.setdefault("idle_in_transaction_session_timeout", str(2 * lock_wait_ms))
+        dialect.configure(lock_wait_ms, engine_kwargs)
         with translate_errors():  # e.g. the SQLite file's directory cannot be created
             engine = create_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_kwargs)
         try:
@@ -89,15 +79,8 @@ class Database:
         except BaseException:
             await engine.dispose()
             raise
-        path = sqlite_file(engine.url) if engine.dialect.name == "sqlite" else None
-        if path is None:
-            return cls(engine, None, engine_kwargs.get("connect_args"))
-        threads = (
-            SqliteThread(path, busy_timeout_ms, write=True),
-            SqliteThread(path, busy_timeout_ms, write=False),
-            WalCheckpointer(path, busy_timeout_ms),
-        )
-        return cls(engine, threads)
+        threads = dialect.sqlite_threads(engine, busy_timeout_ms)
+        return cls(engine, dialect, threads, engine_kwargs.get("connect_args"))
 
     async def close(self) -> None:
         if self.pg_appender is not None:
@@ -127,16 +110,9 @@ class Database:
         """One read transaction whose statements all see the same committed state."""
         with translate_errors():
             async with self.engine.connect() as conn:
-                if self.pg:
-                    await conn.execution_options(isolation_level="REPEATABLE READ")
+                await self.dialect.begin_snapshot(conn)
                 async with conn.begin():
-                    if self.pg:
-                        # a read snapshot locks no lease row, and its reader (a load, an
-                        # export) legitimately idles between pages: exempt it from the
-                        # frozen-writer timeout of `lock_wait_ms`
-                        await conn.exec_driver_sql(
-                            "SET LOCAL idle_in_transaction_session_timeout = 0"
-                        )
+                    await self.dialect.in_snapshot(conn)
                     yield conn
 
     async def transact(self, txn: Txn[T]) -> T:
@@ -150,4 +126,4 @@ class Database:
 
     def insert(self, table: Table) -> Any:
         """A dialect INSERT that supports on_conflict_do_nothing/on_conflict_do_update."""
-        return postgresql.insert(table) if self.pg else sqlite.insert(table)
+        return self.dialect.insert(table)
