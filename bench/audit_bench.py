@@ -35,7 +35,7 @@ PY = sys.executable
 FLOOR = """
 import sys, time
 from pipeline import class_archive
-from pipeline.audit import read_log
+from pipeline.inputs import read_log
 from pipeline.spark import build_session
 from pyspark.sql import functions as F
 # "default": the JVM's own JIT instead of the audit's (pipeline/spark.py); the same classes

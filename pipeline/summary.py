@@ -1,8 +1,8 @@
-"""The per-group summary from the tables already written to a local OUT, with pyarrow.
+"""group_summary: one row per group with a generation or a committed offset.
 
-Spark's version (`Audit._group_summary`) is one aggregate over the union of seven tables:
-planning it and compiling its twenty aggregates took 1-2 s at the end of every audit, for
-2,000 rows here. A local OUT has every table it reads on disk (the tasks wrote them:
+Spark's version (`spark_group_summary`) is one aggregate over the union of seven tables:
+planning it and compiling its twenty aggregates cost seconds at the end of every audit, for a
+few thousand rows. A local OUT has every table it reads on disk (the tasks wrote them:
 pipeline/written.py), so the driver reads their few columns and aggregates them in
 milliseconds. The two are compared row for row and by schema (tests/pipeline/test_one_pass.py).
 The rules are Spark's: a sum over no value is null (`coalesce`d to 0 where Spark's is), a
@@ -15,6 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from pipeline import written
+from pipeline.output import AuditOutput, spark_schema
 
 _I32, _I64 = pa.int32(), pa.int64()
 
@@ -140,3 +143,76 @@ def group_summary(read: Any) -> pa.Table:
     return pa.Table.from_arrays(
         [columns[f.name].cast(f.type) for f in SUMMARY_SCHEMA], schema=SUMMARY_SCHEMA
     )
+
+
+def write_local_group_summary(output: AuditOutput) -> None:
+    """The per-group summary of a local OUT, from its tables as written: the same rows as
+    `spark_group_summary`'s, without a Spark query."""
+    written.write_table(output.tables_dir, "group_summary", group_summary(output.read))
+    output.written_table("group_summary", spark_schema(SUMMARY_SCHEMA))
+
+
+def spark_group_summary(output: AuditOutput, gens: Any, activity: Any, violations: Any) -> None:
+    """The per-group summary in one aggregate over the union of the tables it counts from (a
+    join per table took a job each). `violations`: the invariant_violations rows that name a
+    group."""
+    from pyspark.sql import functions as F
+
+    def tagged(df: Any, tag: str, *cols: Any) -> Any:
+        return df.select("group_id", F.lit(tag).alias("_from"), *cols)
+
+    # the violations are not read back: the invariants write them beside this
+    counted = {
+        column: output.written[table]
+        if column != "violations"
+        else violations.filter(F.col("group_id").isNotNull())
+        for column, table in COUNTED.items()
+    }
+    rows = tagged(gens, "generation", *GENERATION_COLUMNS).unionByName(
+        tagged(activity, "commits", *ACTIVITY_COLUMNS), allowMissingColumns=True
+    )
+    for name, df in counted.items():
+        rows = rows.unionByName(tagged(df, name), allowMissingColumns=True)
+
+    def of(tag: str, c: str) -> Any:
+        return F.when(F.col("_from") == tag, F.col(c))
+
+    def rows_of(tag: str) -> Any:
+        return F.count(F.when(F.col("_from") == tag, 1))
+
+    has_gen, has_commits = rows_of("generation") > 0, rows_of("commits") > 0
+    out = (
+        rows.groupBy("group_id")
+        .agg(
+            rows_of("generation").alias("rebalances"),
+            F.max(of("generation", "generation")).alias("last_generation"),
+            # a set, not countDistinct: a distinct aggregate made Spark expand every row for a
+            # second aggregation (two more jobs)
+            F.when(has_gen, F.size(F.collect_set(of("generation", "incarnation"))))
+            .cast("long")
+            .alias("incarnations"),
+            F.coalesce(F.sum(of("generation", "duration_ms")), F.lit(0)).alias(
+                "time_in_rebalance_ms"
+            ),
+            F.max(of("generation", "duration_ms")).alias("longest_rebalance_ms"),
+            F.coalesce(F.sum(of("generation", "partitions_moved")), F.lit(0)).alias(
+                "partitions_moved"
+            ),
+            F.coalesce(F.sum(of("generation", "forced").cast("int")), F.lit(0)).alias(
+                "forced_rebalances"
+            ),
+            F.sum(of("generation", "empty").cast("int")).alias("emptied"),
+            F.max(of("generation", "members")).alias("max_members"),
+            F.min(of("generation", "rebalance_ended_ms")).alias("first_generation_ms"),
+            F.max(of("generation", "rebalance_ended_ms")).alias("last_generation_ms"),
+            F.coalesce(F.sum(of("commits", "commits")), F.lit(0)).alias("commits"),
+            rows_of("commits").alias("committed_partitions"),
+            F.sum(of("commits", "offset_advance")).alias("offset_advance"),
+            F.coalesce(F.sum(of("commits", "resets")), F.lit(0)).alias("resets"),
+            *(rows_of(name).alias(name) for name in counted),
+            (has_gen | has_commits).alias("_listed"),
+        )
+        .filter("_listed")
+        .drop("_listed")
+    )
+    output.write("group_summary", out)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline import audit
+from pipeline import offset_commits
 from pipeline.audit import run_audit
 from tests.pipeline.conftest import Audited
 from tests.pipeline.logs import known_log
@@ -24,7 +24,7 @@ def test_every_partition_under_one_hash_gives_the_same_tables(
 ) -> None:
     from pyspark.sql import functions as F
 
-    monkeypatch.setattr(audit, "_partition_hash", lambda *cols: F.lit(7).cast("long"))
+    monkeypatch.setattr(offset_commits, "_partition_hash", lambda *cols: F.lit(7).cast("long"))
     out = tmp_path / "audit"
     result = run_audit(known.spark, str(known_log(tmp_path / "export")), str(out), report=False)
     for name in ("commit_activity", "invariant_violations", "invariants", "group_summary"):

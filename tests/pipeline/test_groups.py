@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.group.records import group_key
-from pipeline import groups
+from pipeline import group_tables, groups
 from pipeline.decode import INPUT_COLUMNS
 from tests.pipeline.logs import known_log
 
@@ -23,7 +23,7 @@ def group_records(tmp_path: Path) -> pa.Table:
     parts = []
     for name, in_history in (("log", False), ("history", True)):
         t = pq.read_table(export / f"{name}.parquet")
-        types = pa.array(groups.PASS_RECORD_TYPES, t["record_type"].type)
+        types = pa.array(group_tables.PASS_RECORD_TYPES, t["record_type"].type)
         t = t.filter(pc.is_in(t["record_type"], types))
         t = t.rename_columns(["log_partition" if c == "partition" else c for c in t.column_names])
         t = t.rename_columns(["log_offset" if c == "offset" else c for c in t.column_names])
@@ -38,7 +38,7 @@ def group_records(tmp_path: Path) -> pa.Table:
 def rows(table: pa.Table) -> dict[str, list[Any]]:
     """Each output's rows, sorted, as the audit writes them."""
     out = {}
-    for name in groups.OUTPUTS:
+    for name in group_tables.OUTPUTS:
         col = table[name]
         out[name] = sorted(
             (repr(sorted(r.items())) for r in col.filter(pc.is_valid(col)).to_pylist()),

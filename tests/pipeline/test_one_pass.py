@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pipeline import offset_commits
 from pipeline.audit import TABLES, Audit, AuditResult
 from tests.pipeline.logs import LogBuilder, T, known_log, member
 
@@ -43,7 +44,7 @@ def reference(spark: Any, export: Path, out: Path) -> Reference:
     """Spark's scan, the window over every commit and Spark's writes: the result and every
     table."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(Audit, "_commits", Audit._commits_by_window)
+        m.setattr(offset_commits, "commits", offset_commits.commits_by_window)
         a, result = run(spark, export, out, arrow_reads=False, worker_writes=False)
     assert a.commits_by == "window"
     return result, tables(spark, out)

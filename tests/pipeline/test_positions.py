@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pipeline import audit
-from pipeline.audit import Audit
+from pipeline import inputs, invariants
+from pipeline.output import AuditOutput
 
 SCHEMA = (
     "log_partition int, log_offset long, in_history boolean, record_type smallint, "
@@ -37,11 +37,12 @@ def duplicates(spark: Any, tmp_path: Path) -> dict[tuple[Any, Any], tuple[int, i
     from pyspark.sql import functions as F
 
     recs = spark.createDataFrame([(*p, 2, 0, b"v") for p in POSITIONS], SCHEMA)
-    a = Audit(spark, "unused", str(tmp_path))
-    a._input_summary(recs).collect()
+    a = AuditOutput(spark, str(tmp_path))
+    summary, ranges = inputs.spark_input_summary(a, recs)
+    summary.collect()
     try:
         rows = (
-            a._positions(recs)
+            invariants.positions(a, recs, ranges, None)
             .groupBy("log_partition", "log_offset")
             .agg(F.count("*").alias("copies"), F.sum(F.col("in_history").cast("int")).alias("h"))
             .filter(F.col("copies") > 1)
@@ -52,11 +53,11 @@ def duplicates(spark: Any, tmp_path: Path) -> dict[tuple[Any, Any], tuple[int, i
     return {(r["log_partition"], r["log_offset"]): (r["copies"], r["h"]) for r in rows}
 
 
-@pytest.mark.parametrize("buckets", [audit.BITMAP_BUCKETS, 0], ids=["bitmaps", "all"])
+@pytest.mark.parametrize("buckets", [invariants.BITMAP_BUCKETS, 0], ids=["bitmaps", "all"])
 def test_duplicate_positions(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buckets: int
 ) -> None:
-    monkeypatch.setattr(audit, "BITMAP_BUCKETS", buckets)  # 0: every position is grouped
+    monkeypatch.setattr(invariants, "BITMAP_BUCKETS", buckets)  # 0: every position is grouped
     assert duplicates(spark, tmp_path) == {(0, 5): (2, 1), (0, 7): (2, 2), (0, None): (2, 1)}
 
 
@@ -91,13 +92,13 @@ def test_duplicate_positions_from_the_one_pass(
     from pyspark.sql import functions as F
 
     export = export_of_positions(tmp_path / "export")
-    a = Audit(spark, str(export), str(tmp_path / "out"))
-    a.max_bitmaps = max_bitmaps
-    recs = audit.read_log(spark, str(export))
+    a = AuditOutput(spark, str(tmp_path / "out"))
+    recs = inputs.read_log(spark, str(export))
     try:
-        a._scan = a._scan_records()
-        a._input_summary(recs).collect()
-        positions = a._positions(recs)
+        scan = inputs.scan_records(a, str(export), max_bitmaps)
+        summary, ranges = inputs.spark_input_summary(a, recs)
+        summary.collect()
+        positions = invariants.positions(a, recs, ranges, scan)
         grouped = positions.count()
         rows = (
             positions.groupBy("log_partition", "log_offset")
