@@ -60,7 +60,7 @@ def test_static_leader_rejoin_records_skip_assignment() -> None:
 
 def test_plots_take_group_ids_and_reasons_as_plain_text(tmp_path: Path) -> None:
     """A group id such as "$\\frac{$" once made matplotlib's TeX parser fail the report."""
-    from pipeline.report import write_plots
+    from pipeline.plots import write_plots
 
     nasty = "$\\frac{$"
     write_plots(
