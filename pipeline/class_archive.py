@@ -3,8 +3,8 @@
 A local audit's JVM starts cold: it loads, verifies and links some 20,000 classes of Spark's SQL
 engine while the first queries run, and that counts in the audit's time. Java's dynamic CDS
 archive (`-XX:ArchiveClassesAtExit`, then `-XX:SharedArchiveFile`) maps them pre-parsed and
-verified instead: measured at 1M records on local[2], the audit 26.7 -> 22.1 s and the session
-start 4.9 -> 2.9 s.
+verified instead, which shortens the session's start and the audit (the measurements:
+bench/README_audit.md).
 
 `make install` builds it (`python -m pipeline.class_archive`) by auditing a small generated log
 once, in the virtualenv, named after what it was made from (Spark's jars, the JVM), so an

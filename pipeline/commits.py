@@ -27,9 +27,9 @@ import pyarrow.compute as pc
 from pipeline.decode import _be, _binary_parts, _signed
 
 SOURCE_RESET = 1
-# commits folded at once when the workers read the row groups. A worker peaked at 500 MiB
-# with 400k (370 MiB at 100k, 700 MiB at 1M: the row groups, keys and values, a dozen numpy
-# columns); larger folds leave fewer partials to join (2M: 2-3 s less at 10M on local[2])
+# commits folded at once when the workers read the row groups: a worker holds the row groups,
+# keys and values and a dozen numpy columns of them, and larger folds leave fewer partials to
+# join; this one keeps a worker's memory bounded (the measurements: bench/README_audit.md)
 FOLD_ROWS = 400_000
 # the input columns the fold reads (scan.READ_COLUMNS' names)
 FOLD_COLUMNS = ["partition", "offset", "record_type", "key", "value"]
@@ -565,8 +565,8 @@ def partial_row_groups(
     merge: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body over scan.TASK_SCHEMA rows: each row group's offset commits, read by
-    the worker itself (handing 10M keys and values from the JVM's scan to Python through
-    Arrow costs more than the whole fold: 8 s against 3 s at 10M on 2 cores) -> partials."""
+    the worker itself (handing the keys and values from the JVM's scan to Python through
+    Arrow costs more than the whole fold) -> partials."""
     from pipeline.scan import read_row_groups
 
     # consecutive row groups of a task are one stretch of the log: folded together up to

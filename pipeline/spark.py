@@ -22,10 +22,10 @@ from pipeline import class_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The JIT's optimising tier (C2) took 38 of the JVM's 82 CPU-seconds in an audit of 10M records
-# on local[2]: hundreds of short queries, each with its own generated classes, on the cores the
-# tasks need. C1 alone compiles them for a fraction of that; a long scan runs slower (0.9 s ->
-# 1.9 s for 10M values warm), the audit faster (50-58 s -> 47 s). Clusters keep the default.
+# The JIT's optimising tier (C2) took close to half the JVM's CPU in a local audit: hundreds of
+# short queries, each with its own generated classes, on the cores the tasks need. C1 alone
+# compiles them for a fraction of that; a long scan runs slower, the audit faster (the
+# measurements: bench/README_audit.md). Clusters keep the default.
 # C1 alone reserves 48 MiB for compiled code, which an audit of 10M records fills near its end
 # ("CodeCache is full. Compiler has been disabled": what runs after that stays interpreted)
 LOCAL_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"

@@ -1,6 +1,6 @@
 """Tables a Spark task writes itself, for a local OUT: one Parquet file per table and task.
 
-A Spark write of a table of a few thousand rows cost 0.4-0.6 CPU-s at 10M records (a query,
+A Spark write of a table of a few thousand rows costs a fraction of a CPU-second (a query,
 its planning and generated code, a job) where the task that computed the rows writes them in
 milliseconds. The files are `OUT/tables/<table>/part-<task>.parquet` (zstd, as Spark's), one
 per table and task even when empty, so a table every task left empty still has its schema;
