@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from app.group.messages import Error
 
@@ -109,6 +109,29 @@ class CoordinatorService(Protocol):
 
     def find_coordinator(self, key: str, key_type: int) -> CoordinatorLookup: ...
 
+    @overload
+    def schedule_write(
+        self,
+        name: str,
+        group_id: str,
+        op: GroupWrite,
+        loading_error: Error = ...,
+        creates_group: bool = ...,
+        into: None = None,
+    ) -> asyncio.Future[Any]: ...
+
+    @overload
+    def schedule_write(
+        self,
+        name: str,
+        group_id: str,
+        op: GroupWrite,
+        loading_error: Error = ...,
+        creates_group: bool = ...,
+        *,
+        into: W,
+    ) -> W: ...
+
     def schedule_write(
         self,
         name: str,
@@ -116,19 +139,11 @@ class CoordinatorService(Protocol):
         op: GroupWrite,
         loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
         creates_group: bool = False,
-    ) -> asyncio.Future[Any]: ...
-
-    def schedule_write_into(
-        self,
-        into: W,
-        name: str,
-        group_id: str,
-        op: GroupWrite,
-        loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
-        creates_group: bool = False,
-    ) -> W:
-        """`schedule_write`, delivering the reply into `into` (returned) instead of a new
-        asyncio future."""
+        into: ReplyWaiter | None = None,
+    ) -> ReplyWaiter:
+        """The one way from an edge into a group's core for anything that may append records
+        or park: the reply is delivered into `into` (returned), or into a new asyncio future
+        when `into` is None (what a handler awaits)."""
         ...
 
     def schedule_read(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast
 from app.group.messages import Error
 from app.security.acl import AclOperation, ResourceType
 from app.security.principal import ANONYMOUS
-from app.service import CoordinatorService, GroupWrite
+from app.service import CoordinatorService
 
 if TYPE_CHECKING:
     from app.security.manager import SecurityManager
@@ -160,21 +160,6 @@ class WriteCall(Protocol):
 
 # (service, the hot reader's body, version, where the reply goes) -> the call
 WriteStarter = Callable[[CoordinatorService, Any, int, DirectReply | None], WriteCall]
-
-
-def schedule(
-    service: CoordinatorService,
-    into: DirectReply | None,
-    name: str,
-    group_id: str,
-    op: GroupWrite,
-    loading_error: Error = Error.COORDINATOR_LOAD_IN_PROGRESS,
-    creates_group: bool = False,
-) -> Pending:
-    """A WriteCall's write, its reply delivered into `into`, or into a new asyncio future."""
-    if into is None:
-        return service.schedule_write(name, group_id, op, loading_error, creates_group)
-    return service.schedule_write_into(into, name, group_id, op, loading_error, creates_group)
 
 
 async def serve_call(call: WriteCall, version: int) -> HandlerResult:

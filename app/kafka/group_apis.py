@@ -33,7 +33,7 @@ from app.group.messages import (
 )
 from app.group.state import DEAD
 from app.kafka.codec import INT32_MIN, build, ms, response_class
-from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
+from app.kafka.context import Api, DirectReply, Pending, RequestContext, serve_call
 from app.kafka.group_replies import (
     delete_groups_body,
     describe_groups_body,
@@ -239,13 +239,12 @@ class JoinGroupCall(_ResponseCall):
     ) -> None:
         require_group_id(req.group_id)
         self.response = None
-        self.future: Pending | None = schedule(
-            service,
-            into,
+        self.future: Pending | None = service.schedule_write(
             "JoinGroup",
             req.group_id,
             lambda core, h, now: core.join_group(h, req, now),
             creates_group=True,
+            into=into,
         )
 
     def reply(self, version: int) -> Any:
@@ -314,14 +313,13 @@ class SyncGroupCall(_ResponseCall):
             self.response = SyncGroupResponse(error=Error.INCONSISTENT_GROUP_PROTOCOL)
             return
         require_group_id(req.group_id)
-        self.future = schedule(
-            service,
-            into,
+        self.future = service.schedule_write(
             "SyncGroup",
             req.group_id,
             lambda core, h, now: core.sync_group(h, req, now),
             # protocol.md §10.4: a loading coordinator answers REBALANCE_IN_PROGRESS to SyncGroup
             Error.REBALANCE_IN_PROGRESS,
+            into=into,
         )
 
     def reply(self, version: int) -> bytes:

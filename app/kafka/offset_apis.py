@@ -22,7 +22,7 @@ from app.group.messages import (
     PartitionResult,
 )
 from app.kafka.codec import build, group_by_topic, ms, response_class
-from app.kafka.context import Api, DirectReply, Pending, RequestContext, schedule, serve_call
+from app.kafka.context import Api, DirectReply, Pending, RequestContext, serve_call
 from app.kafka.group_apis import authorize_group, in_slices, read_or, require_group_id
 from app.kafka.group_replies import offset_commit_body, offset_fetch_body
 from app.kafka.hot_group import OFFSET_COMMIT_HOT, OffsetCommitWire
@@ -156,13 +156,12 @@ class OffsetCommitCall:
         self.future: Pending | None = None
         if internal.partitions:
             try:
-                self.future = schedule(
-                    service,
-                    into,
+                self.future = service.schedule_write(
                     "OffsetCommit",
                     internal.group_id,
                     lambda core, h, now: core.offset_commit(h, internal, now),
                     creates_group=True,
+                    into=into,
                 )
             except CoordinatorError as e:
                 self.failed(e.error)

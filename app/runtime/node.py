@@ -34,7 +34,7 @@ from app.runtime.topics import TopicRegistry
 from app.security.listeners import listeners_of
 from app.service import Broker, ClusterView, CoordinatorLookup
 from storage.errors import StorageError
-from storage.ports import LeaseRow, Store
+from storage.log import EventLog, LeaseRow
 from storage.writer import LogWriter
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ T = TypeVar("T")
 class CoordinatorNode:
     """Implements `app.service.CoordinatorService` for one node."""
 
-    def __init__(self, settings: Settings, event_log: Store, writer: LogWriter) -> None:
+    def __init__(self, settings: Settings, event_log: EventLog, writer: LogWriter) -> None:
         self.settings = settings
         self.node_id = settings.node_id
         self.log = event_log
@@ -85,7 +85,6 @@ class CoordinatorNode:
         self._tasks: list[asyncio.Task[None]] = []
         # the service's group operations are the runtime's own
         self.schedule_write = self.runtime.schedule_write
-        self.schedule_write_into = self.runtime.schedule_write_into
         self.schedule_read = self.runtime.schedule_read
         self.heartbeat = self.runtime.heartbeat
         self.read_all = self.runtime.read_all

@@ -401,12 +401,12 @@ def _fail_the_edges_futures(
 ) -> None:
     """The core still runs `api`'s requests, but the future the edge waits on is cancelled or
     failed with something other than a CoordinatorError (the handlers' schedule_write and the
-    lane's schedule_write_into alike). The lane then settles a future failed at once: the
+    lane's, into its reply, alike). The lane then settles a future failed at once: the
     runtime never fails the DirectReply it would otherwise get, so this is the path where
     `settle` raises for the lane. "elsewhere": the lane's write delivers into a future of its
     own instead of the lane's reply (nothing would ever fill the connection's slot)."""
-    # the runtime's, bound where the edge calls them
-    schedule_write, schedule_write_into = node.node.schedule_write, node.node.schedule_write_into
+    # the runtime's, bound where the edge calls it
+    schedule_write = node.node.schedule_write
 
     def failed(name: str, scheduled: Any) -> Any:
         if name != api:
@@ -419,16 +419,14 @@ def _fail_the_edges_futures(
             fut.set_exception(RuntimeError("injected failure of the write's future"))
         return fut
 
-    def failing(name: str, *args: Any, **kwargs: Any) -> Any:
-        return failed(name, schedule_write(name, *args, **kwargs))
-
-    def failing_into(into: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    def failing(name: str, *args: Any, into: Any = None, **kwargs: Any) -> Any:
+        if into is None:
+            return failed(name, schedule_write(name, *args, **kwargs))
         if fault == "elsewhere" and name == api:  # its reply goes to a future of its own
             return schedule_write(name, *args, **kwargs)
-        return failed(name, schedule_write_into(into, name, *args, **kwargs))
+        return failed(name, schedule_write(name, *args, into=into, **kwargs))
 
     monkeypatch.setattr(node.node, "schedule_write", failing)
-    monkeypatch.setattr(node.node, "schedule_write_into", failing_into)
 
 
 def _commit_errors(resp: Any) -> list[tuple[str, int, int]]:
