@@ -34,7 +34,7 @@ from app.runtime.topics import TopicRegistry
 from app.security.listeners import listeners_of
 from app.service import Broker, ClusterView, CoordinatorLookup
 from storage.errors import StorageError
-from storage.log import EventLog, LeaseRow
+from storage.ports import LeaseRow, Store
 from storage.writer import LogWriter
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ T = TypeVar("T")
 class CoordinatorNode:
     """Implements `app.service.CoordinatorService` for one node."""
 
-    def __init__(self, settings: Settings, event_log: EventLog, writer: LogWriter) -> None:
+    def __init__(self, settings: Settings, event_log: Store, writer: LogWriter) -> None:
         self.settings = settings
         self.node_id = settings.node_id
         self.log = event_log
