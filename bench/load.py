@@ -1,7 +1,7 @@
 """Figure 4: load (replay) rate vs a raw scan, and failover time vs the lease TTL.
 
 Load. A log of 1M records (smoke: 10k) as a busy cluster writes it, mostly superseded offset
-commits (bench/failover.py `generate_log`), is written to a fresh database; one
+commits (bench/synthetic_log.py `generate_log`), is written to a fresh database; one
 `coordinator serve` starts on it and loads every partition. Rate = records / the wall time of
 the loads (the largest per-partition `load_ms` in /cluster: a node's loads overlap and each
 `load_ms` includes its wait for a load slot). Floor: the bare driver (sqlite3 cursor, asyncpg
@@ -22,65 +22,26 @@ import asyncio
 import contextlib
 import statistics
 
-from app.group.records import (
-    GroupMetadataValue,
-    MemberValue,
-    OffsetValue,
-    Record,
-    group_record,
-    offset_record,
-)
-from app.runtime.placement import partition_for
-from bench import failover as fo
+from bench.cluster import log
+from bench.databases import Backend, pg_drop
+from bench.failover import measure_failover
+from bench.load_time import measure_load
 from bench.report import BenchOptions, Figure, fmt_pct, fmt_rate
-from tests.support.consumer_bytes import assignment, subscription
+from bench.synthetic_log import generate_log, groups_log, log_stats
 
 PARTITIONS = 16
 
 
-def groups_log(n_groups: int, partitions: int) -> dict[int, list[Record]]:
-    """`n_groups` Stable groups of two members with two committed offsets each: 3 live
-    records per group, spread over the log partitions as the node would place them."""
-    out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
-    now = fo.now_ms()
-    for g in range(n_groups):
-        gid = f"fleet-{g:07d}"
-        topic = f"orders-{g % 50:02d}"
-        members = tuple(
-            MemberValue(
-                member_id=f"consumer-{i}-{g:07d}-5f0c-4a8e-9d41-{i:012x}",
-                group_instance_id=f"worker-{g:07d}-{i}" if i == 0 else None,
-                client_id=f"consumer-{i}",
-                client_host=f"/10.1.{g % 250}.{i + 1}",
-                rebalance_timeout_ms=300_000,
-                session_timeout_ms=300_000,  # nobody expires while the benchmark runs
-                subscription=subscription([topic]),
-                assignment=assignment({topic: [i]}),
-            )
-            for i in range(2)
-        )
-        value = GroupMetadataValue(
-            "consumer", 1, "range", members[0].member_id, now, members, "initial", now
-        )
-        recs = [group_record(gid, value)]
-        recs += [
-            offset_record(gid, topic, p, OffsetValue(1000 * g + p, -1, "", now, -1))
-            for p in range(2)
-        ]
-        out[partition_for(gid, partitions)] += recs
-    return out
-
-
 def _load_figure(opts: BenchOptions) -> Figure:
     size = 10_000 if opts.smoke else 1_000_000
-    data = fo.generate_log(size, PARTITIONS)
-    stats = fo.log_stats(data)
+    data = generate_log(size, PARTITIONS)
+    stats = log_stats(data)
     results = []
     for name in ("sqlite", "postgresql"):
-        fo.log(f"load: {name}, {size} records")
+        log(f"load: {name}, {size} records")
         results.append(
-            fo.measure_load(
-                fo.Backend(name, opts.workdir, opts.pg_dsn),
+            measure_load(
+                Backend(name, opts.workdir, opts.pg_dsn),
                 size,
                 data,
                 PARTITIONS,
@@ -147,9 +108,9 @@ def _failover_figure(opts: BenchOptions) -> Figure:
     filled: dict[str, str] = {}
     results = []
     for name, n_nodes, ttl in setups:
-        fo.log(f"failover: {name}, {n_nodes} nodes, TTL {ttl} ms, {n_groups} groups")
-        r = fo.measure_failover(
-            fo.Backend(name, opts.workdir, opts.pg_dsn),
+        log(f"failover: {name}, {n_nodes} nodes, TTL {ttl} ms, {n_groups} groups")
+        r = measure_failover(
+            Backend(name, opts.workdir, opts.pg_dsn),
             n_nodes,
             ttl,
             data,
@@ -223,4 +184,4 @@ def run(opts: BenchOptions) -> list[Figure]:
         return [_load_figure(opts), _failover_figure(opts)]
     finally:
         with contextlib.suppress(Exception):
-            asyncio.run(fo.pg_drop(opts.pg_dsn))
+            asyncio.run(pg_drop(opts.pg_dsn))
