@@ -19,7 +19,8 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
-from storage.sql.engine import async_url, create_engine, write_engine
+from storage.sql.dialect import create_engine, dialect_for
+from storage.sql.engine import async_url
 from storage.sql.tables import metadata
 
 config = context.config
@@ -27,8 +28,6 @@ target_metadata = metadata
 
 if config.config_file_name is not None:  # the alembic CLI; programmatic runs leave logging alone
     fileConfig(config.config_file_name, disable_existing_loggers=False)
-
-_PG_MIGRATION_LOCK = 0x636F6F7264  # "coord"
 
 
 def _url() -> str:
@@ -49,29 +48,29 @@ def run_migrations_offline() -> None:
         url=url.render_as_string(hide_password=False),
         target_metadata=target_metadata,
         literal_binds=True,
-        render_as_batch=url.get_backend_name() == "sqlite",
+        render_as_batch=dialect_for(url.get_backend_name()).batch_migrations,
     )
     with context.begin_transaction():
         context.run_migrations()
 
 
 def do_run_migrations(connection: Connection) -> None:
+    dialect = dialect_for(connection.dialect.name)
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",  # SQLite ALTER needs batch mode
+        render_as_batch=dialect.batch_migrations,
         transactional_ddl=True,  # SQLite too: our BEGIN hook makes its DDL transactional
     )
     with context.begin_transaction():
-        if connection.dialect.name == "postgresql":
-            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+        dialect.lock_migrations(connection)
         context.run_migrations()
 
 
 async def run_async_migrations() -> None:
     engine = create_engine(_url(), poolclass=NullPool)
     try:
-        async with write_engine(engine).connect() as connection:
+        async with dialect_for(engine.dialect.name).write_engine(engine).connect() as connection:
             await connection.run_sync(do_run_migrations)
     finally:
         await engine.dispose()

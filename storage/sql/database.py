@@ -13,8 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.errors import translate_errors
 from storage.migrate import upgrade_async
-from storage.sql.dialect import Dialect, SqliteThreads, dialect_for
-from storage.sql.engine import create_engine, write_engine
+from storage.sql.dialect import Dialect, SqliteThreads, create_engine, dialect_for
 from storage.sql.sqlite_thread import SqliteThread, WalCheckpointer
 from storage.sql.statements import Statements, Txn, run_async, run_sqlite3
 
@@ -50,7 +49,7 @@ class Database:
         if sqlite_threads is not None:
             self.sqlite_writer, self.sqlite_reader, self.checkpointer = sqlite_threads
             self.checkpointer.start()
-        self._writes = write_engine(engine)
+        self._writes = dialect.write_engine(engine)
         self.pg_appender = dialect.appender(engine, connect_args or {})
 
     @classmethod

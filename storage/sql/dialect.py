@@ -1,10 +1,10 @@
 """Where SQLite and PostgreSQL differ, decided once: `dialect_for(name)` picks one of these.
 
-Every module of the adapter asks its Database's `dialect` instead of testing the backend's name:
-the placeholders and row locks of the hot statements, how appends are batched, the upsert
-INSERT, the database clock, what a read snapshot is, the connection settings, and the fast path
-each backend has beside SQLAlchemy (sqlite3 threads on a SQLite file, a one-round-trip appender
-on PostgreSQL).
+Every module of the adapter and the Alembic environment ask a dialect instead of testing the
+backend's name: the engine and its write transactions, the placeholders and row locks of the
+hot statements, how appends are batched, the upsert INSERT, the database clock, what a read
+snapshot is, the connection settings, how migrations run, and the fast path each backend has
+beside SQLAlchemy (sqlite3 threads on a SQLite file, a one-round-trip appender on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
-from sqlalchemy import Select, Table, TextClause, make_url, text
+from sqlalchemy import URL, Select, Table, TextClause, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from storage.errors import StorageError
-from storage.sql.engine import sqlite_file
+from storage.sql.engine import async_url, immediate, sqlite_engine, sqlite_file
 from storage.sql.pg_append import PgAppender
 from storage.sql.sqlite_thread import SqliteThread, WalCheckpointer
 
@@ -40,6 +41,19 @@ class Dialect:
     # appends go as one executemany (asyncpg pipelines it) rather than multi-row INSERTs
     executemany_appends: ClassVar[bool]
     clock: ClassVar[TextClause]  # the database's time in ms since the epoch
+    # migrations alter tables in Alembic's batch mode (copy and move), SQLite's only ALTER
+    batch_migrations: ClassVar[bool]
+
+    def create_engine(self, url: URL, busy_timeout_ms: int, **kwargs: Any) -> AsyncEngine:
+        raise NotImplementedError
+
+    def write_engine(self, engine: AsyncEngine) -> AsyncEngine:
+        """The view of `engine` whose transactions write: they lock what the fence reads."""
+        return engine
+
+    def lock_migrations(self, conn: Connection) -> None:
+        """Serialize concurrent upgrades (nodes starting together), inside the upgrade's
+        transaction before Alembic reads the current revision."""
 
     def check_supported(self) -> None:
         """Raise StorageError when this server or library cannot run the statements."""
@@ -83,6 +97,15 @@ class SqliteDialect(Dialect):
     # instead (storage/sql/statements.py, Statements.append_rows)
     executemany_appends = False
     clock = text("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)")
+    batch_migrations = True
+
+    def create_engine(self, url: URL, busy_timeout_ms: int, **kwargs: Any) -> AsyncEngine:
+        return sqlite_engine(url, busy_timeout_ms, **kwargs)
+
+    def write_engine(self, engine: AsyncEngine) -> AsyncEngine:
+        # BEGIN IMMEDIATE: the database is write-locked before the fence reads the leases, and
+        # the whole upgrade of a migration holds it
+        return immediate(engine)
 
     def check_supported(self) -> None:
         if sqlite3.sqlite_version_info < MIN_SQLITE:
@@ -116,6 +139,15 @@ class PostgresDialect(Dialect):
     locks_rows = True
     executemany_appends = True
     clock = text("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint")
+    batch_migrations = False
+    _MIGRATION_LOCK: Final = 0x636F6F7264  # "coord"
+
+    def create_engine(self, url: URL, busy_timeout_ms: int, **kwargs: Any) -> AsyncEngine:
+        kwargs.setdefault("pool_pre_ping", True)
+        return create_async_engine(url, **kwargs)
+
+    def lock_migrations(self, conn: Connection) -> None:
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({self._MIGRATION_LOCK})")
 
     def configure(self, lock_wait_ms: int | None, engine_kwargs: dict[str, Any]) -> None:
         if lock_wait_ms is None:
@@ -148,6 +180,12 @@ class PostgresDialect(Dialect):
 
 
 _DIALECTS: Final[dict[str, type[Dialect]]] = {d.name: d for d in (SqliteDialect, PostgresDialect)}
+
+
+def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any) -> AsyncEngine:
+    """The async engine of `url`, its default or sync driver swapped for the async one."""
+    u = async_url(url)
+    return dialect_for(u.get_backend_name()).create_engine(u, busy_timeout_ms, **kwargs)
 
 
 def dialect_for(url_or_name: str) -> Dialect:

@@ -1,4 +1,4 @@
-"""Async engine construction shared by the event log and the Alembic environment.
+"""The SQLite engine the event log and the Alembic environment share (SqliteDialect).
 
 SQLite gets: WAL (readers never block the writer), synchronous=FULL (the only setting durable
 against power loss, design.md §12.1), a busy timeout, checkpoints off the commit path
@@ -33,10 +33,6 @@ def async_url(url: str | URL) -> URL:
     if backend in _ASYNC_DRIVERS and u.get_driver_name() not in ("aiosqlite", "asyncpg"):
         u = u.set(drivername=_ASYNC_DRIVERS[backend])
     return u
-
-
-def is_sqlite(url: URL) -> bool:
-    return url.get_backend_name() == "sqlite"
 
 
 def sqlite_file(url: URL) -> Path | None:
@@ -98,12 +94,7 @@ def configure_sqlite(dbapi_conn: Any, busy_timeout_ms: int) -> None:
         cur.close()
 
 
-def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any) -> AsyncEngine:
-    u = async_url(url)
-    if not is_sqlite(u):
-        kwargs.setdefault("pool_pre_ping", True)
-        return create_async_engine(u, **kwargs)
-
+def sqlite_engine(u: URL, busy_timeout_ms: int, **kwargs: Any) -> AsyncEngine:
     path = sqlite_file(u)
     if path is not None:
         create_private(path)
@@ -122,8 +113,6 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = 5000, **kwargs: Any)
     return engine
 
 
-def write_engine(engine: AsyncEngine) -> AsyncEngine:
-    """A view of `engine` (same pool) whose transactions start with BEGIN IMMEDIATE on SQLite."""
-    if engine.dialect.name != "sqlite":
-        return engine
+def immediate(engine: AsyncEngine) -> AsyncEngine:
+    """A view of `engine` (same pool) whose transactions start with BEGIN IMMEDIATE."""
     return engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
