@@ -264,6 +264,27 @@ def test_layer_rule(rule: Rule) -> None:
         )
 
 
+# production modules: everything first-party but the benchmarks, and the migrations beside them
+SIZED = (*(p for p in PACKAGES if p != "bench"), "migrations")
+MAX_MODULE_LINES = 600
+
+
+def test_no_production_module_over_the_bound() -> None:
+    """A module over 600 lines does several jobs: split it by job (design.md §2.1)."""
+    over = sorted(
+        (n, str(path.relative_to(ROOT)))
+        for name, path in first_party_modules(SIZED).items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    )
+    assert first_party_modules(SIZED), "no production module found"
+    if over:
+        pytest.fail(
+            f"{len(over)} module(s) over {MAX_MODULE_LINES} lines:\n"
+            + "\n".join(f"    {path}: {n}" for n, path in reversed(over)),
+            pytrace=False,
+        )
+
+
 def test_the_graph_builder_itself() -> None:
     assert resolve("app.group.records.Record") == "app.group.records"
     assert resolve("sqlalchemy.ext.asyncio") == "sqlalchemy.ext.asyncio"
