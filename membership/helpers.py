@@ -167,7 +167,8 @@ class LeaderElection:
 
         if self.is_leader:
             return self.work.generation
-        return await asyncio.wait_for(elected(), timeout)
+        async with asyncio.timeout(timeout):
+            return await elected()
 
     async def start(self) -> LeaderElection:
         await self.work.start()

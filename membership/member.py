@@ -269,7 +269,8 @@ class GroupMember:
                 await self._changed.wait()
             return self.assignment
 
-        return await asyncio.wait_for(first(), timeout)
+        async with asyncio.timeout(timeout):
+            return await first()
 
     def request_rejoin(self, reason: str) -> None:
         """Rebalance the group (e.g. this member's metadata changed)."""

@@ -248,12 +248,10 @@ class Connection:
         timeout: float = 10.0,
     ) -> Connection:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(
                     host, port, ssl=ssl, server_hostname=host if ssl is not None else None
-                ),
-                timeout,
-            )
+                )
         except (OSError, TimeoutError) as e:
             raise ConnectionLost(f"cannot connect to {host}:{port}: {e}") from e
         conn = cls(reader, writer, client_id)
@@ -306,7 +304,10 @@ class Connection:
         try:
             self._writer.write(encode_request(req, correlation_id, self.client_id))
             await self._writer.drain()
-            return await asyncio.wait_for(fut, timeout)
+            # not wait_for: on Python 3.11 it drops a cancellation that meets the reply in one
+            # turn of the loop, and the heartbeat task cancelled by close() beat on forever
+            async with asyncio.timeout(timeout):
+                return await fut
         except TimeoutError as e:
             await self.close()
             raise ConnectionLost(f"no reply to API {api_key} v{version} in {timeout:.1f} s") from e

@@ -138,3 +138,33 @@ def test_the_sdk_loads_nothing_of_the_server(node: CoordinatorProcess) -> None:
     assert seen["server_modules"] == []
     # app/__init__.py installs the compiled hot path's finder (app/compiled.py) on import
     assert not [f for f in seen["finders"] if f.startswith("app.")], seen["finders"]
+
+
+# members closed while heartbeats fly (one every millisecond): each close must return
+CLOSES = """
+import asyncio, random, sys
+from membership import WorkDistributor
+
+async def main():
+    for i in range(30):
+        work = WorkDistributor(sys.argv[1], f"closing-{i}", ["a"])
+        work.member.heartbeat_interval_ms = 1
+        await work.start()
+        await work.member.wait_assigned(30)
+        await asyncio.sleep(random.random() * 0.05)
+        await work.close()
+    print("closed 30")
+
+asyncio.run(main())
+"""
+
+
+def test_a_member_closed_amid_heartbeats_stops(node: CoordinatorProcess) -> None:
+    # a cancellation that meets a reply in one turn of the loop must still stop the heartbeat
+    # task (Python 3.11's wait_for dropped it, and close() waited on it forever)
+    r = subprocess.run(
+        [sys.executable, "-c", CLOSES, node.bootstrap],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.split() == ["closed", "30"]
