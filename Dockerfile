@@ -1,4 +1,6 @@
 # A coordinator node. Build: docker build -t coordinator .
+# The image holds the node only; `coordinator audit` needs the audit extra (PySpark, pandas,
+# matplotlib and a Java runtime): docker build --build-arg EXTRAS=audit -t coordinator:audit .
 #
 # Secure by default: Kafka clients connect over SASL_SSL on 9093 (SCRAM users, the ACL
 # authorizer, super user User:admin); the PLAINTEXT listener is the container's loopback only.
@@ -17,7 +19,16 @@ COPY storage ./storage
 COPY api ./api
 COPY migrations ./migrations
 COPY cli ./cli
-RUN pip install --no-cache-dir .
+COPY pipeline ./pipeline
+# extras of pyproject.toml, comma-separated; Spark needs a Java runtime
+ARG EXTRAS=
+RUN set -e; \
+    case ",$EXTRAS," in *,audit,*) \
+      apt-get update; \
+      apt-get install -y --no-install-recommends default-jre-headless; \
+      rm -rf /var/lib/apt/lists/*;; \
+    esac; \
+    pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}"
 # the entrypoint: first-start certificates and token, then `coordinator "$@"`
 RUN printf '%s\n' \
     '#!/bin/sh' \

@@ -6,15 +6,18 @@ the host's loopback)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
 
 from app.config import Settings, advertised_admin_url
 from app.security.listeners import SecurityProtocol, listeners_of
+from cli.main import AUDIT_MODULES
 from cli.serve import admin_exposure_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,3 +181,54 @@ def test_the_entrypoint_makes_certificates_and_a_token_once(tmp_path: Path) -> N
         ["sh", str(script), "certs", "--help"], env=env, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0 and "generate" in res.stdout
+
+
+def install_step() -> str:
+    """The Dockerfile's RUN that installs the package, its continuation lines joined."""
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("RUN set -e;"))
+    step = []
+    for line in lines[start:]:
+        step.append(line.removesuffix("\\"))
+        if not line.endswith("\\"):
+            break
+    return "\n".join(step).removeprefix("RUN ")
+
+
+def run_install_step(tmp_path: Path, extras: str | None) -> list[str]:
+    """The install step under sh with pip, apt-get and rm as shims that log their arguments:
+    what the image would install, for EXTRAS as `docker build --build-arg` sets it."""
+    step = install_step()
+    assert "/bin/" not in step  # every command resolves through PATH, to the shims
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    for tool in ("pip", "apt-get", "rm"):
+        shim = bin_dir / tool
+        shim.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
+        shim.chmod(0o755)
+    # ARG EXTRAS= : an empty default, as the build gives it without --build-arg
+    assert re.search(r"^ARG EXTRAS=$", (ROOT / "Dockerfile").read_text(), re.M)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "EXTRAS": extras or ""}
+    r = subprocess.run(["sh", "-c", step], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return calls.read_text().splitlines()
+
+
+def test_the_image_carries_the_node_only_unless_built_with_the_audit(tmp_path: Path) -> None:
+    assert run_install_step(tmp_path, None) == ["pip install --no-cache-dir ."]
+    audit = run_install_step(tmp_path, "audit")
+    assert audit[-1] == "pip install --no-cache-dir .[audit]"
+    assert "apt-get install -y --no-install-recommends default-jre-headless" in audit
+    both = run_install_step(tmp_path, "audit,test")
+    assert both[-1] == "pip install --no-cache-dir .[audit,test]"
+    # the extras it names are pyproject.toml's, and the audit's are the packages the node lacks
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert {re.split(r"[<>=\[]", d)[0] for d in extras["audit"]} == set(AUDIT_MODULES)
+    node = {re.split(r"[<>=\[]", d)[0] for d in project["dependencies"]}
+    assert not node & set(AUDIT_MODULES)
+    assert "coordinator[audit]" in extras["test"]  # make install: the suite runs the audit
+    text = (ROOT / "Dockerfile").read_text()
+    assert "COPY pipeline ./pipeline" in text  # what `coordinator audit` runs, with the extra
