@@ -5,8 +5,8 @@ runtime, the loader and the lease round depend on these Protocols, never on a ba
 `storage.sql` implements every one of them on SQLite and PostgreSQL; a backend that implements
 `Store` passes the storage suite (tests/storage/suite.py) by adding one test file.
 
-The rules each port keeps are design.md §6 (one writer per partition, fenced by epoch) and §8
-(the event log): an append is fenced in its own transaction, offsets are dense and become
+The rules each port keeps (one writer per partition, fenced by epoch: design.md §6; the event
+log: design.md §8): an append is fenced in its own transaction, offsets are dense and become
 visible in order per partition, compaction keeps the newest record per key and the last row.
 """
 
