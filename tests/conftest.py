@@ -70,6 +70,7 @@ CHAOS_LANE = "tests/chaos/test_chaos.py"
 # the modules that take longest go to the workers first, so none is the last one running
 LONGEST_FIRST = (
     "tests/pipeline/",  # Spark audits, minutes in all
+    "tests/deploy/test_install.py",  # a node pip-installed into a fresh venv: minutes of waiting
     "tests/differential/test_consumer_groups_side_by_side.py",
     "tests/integration/test_real_clients.py",
     "tests/fuzz/",
