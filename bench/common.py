@@ -1,6 +1,6 @@
 """Shared plumbing: coordinator nodes in their own processes, load generators in several.
 
-A load generator must not be the bottleneck (issue 6): figures spread their clients over
+A load generator must not be the bottleneck: figures spread their clients over
 `worker_processes()` OS processes running `tests/support/kafka_client.py` (raw frames, many
 requests in flight), started together at an agreed wall-clock instant so their windows overlap.
 """

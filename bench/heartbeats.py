@@ -1,4 +1,4 @@
-"""Figure 1 (issue 6): Heartbeats/s of 1000 static members over 100 connections, as a ratio to an
+"""Figure 1: Heartbeats/s of 1000 static members over 100 connections, as a ratio to an
 echo floor served by the same event loop.
 
 Method. One `coordinator serve` (SQLite) holds topic `hb` (10 partitions). 100 groups of 10
@@ -32,13 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import struct
 import threading
 import time
 import urllib.request
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,8 @@ from bench.common import (
     start_barrier,
     worker_processes,
 )
+from bench.generators import HB_ERROR_AT, HeartbeatLoad, HeartbeatStats, heartbeat_percentile
+from bench.probes import CpuWindow
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
 from tests.support.consumer_bytes import assignment, subscription
 from tests.support.kafka_client import KafkaTestClient
@@ -63,11 +64,8 @@ MEMBERS_PER_GROUP = 10
 SESSION_TIMEOUT_MS = 600_000  # nobody expires during the run
 REBALANCE_TIMEOUT_MS = 60_000
 HB_VERSION = 4
-# Heartbeat v4 reply after the size: correlation id (4), header tags (1), throttle (4), error (2)
-_ERR_OFFSET = 9
 _SIZE = struct.Struct(">i")
 _ERR = struct.Struct(">h")
-_BUCKETS_PER_E = 50.0  # latency histogram: log-scale buckets of 2% (small to ship as JSON)
 GOAL = 0.40
 
 
@@ -150,7 +148,7 @@ async def _form_group(client: KafkaTestClient, group: str) -> tuple[list[bytes],
     for rest in await asyncio.wait_for(asyncio.gather(*replies), 30):
         payload = 4 + len(rest)  # the correlation id was cut off
         sizes.add(payload)
-        (code,) = _ERR.unpack_from(rest, _ERR_OFFSET - 4)
+        (code,) = _ERR.unpack_from(rest, HB_ERROR_AT - 4)
         _check(f"Heartbeat {group}", code)
     if len(sizes) != 1:
         raise RuntimeError(f"Heartbeat replies of several sizes: {sizes}")
@@ -184,81 +182,6 @@ async def form_named_groups(
 # ---- the load generator (worker processes) ----------------------------------------------------
 
 
-class _Stats:
-    def __init__(self, t_begin: float, t_end: float) -> None:
-        self.t_begin = t_begin  # perf_counter() bounds of the counted window
-        self.t_end = t_end
-        self.ok = 0
-        self.errors: Counter[int] = Counter()
-        self.out_of_order = 0
-        self.latency: Counter[int] = Counter()  # log bucket -> replies
-
-
-class _LoadConn(asyncio.Protocol):
-    """One connection's members, each in a closed loop; replies come back in request order,
-    so a FIFO of (member, send time) pairs each reply with its request."""
-
-    def __init__(self, frames: list[bytes], stats: _Stats) -> None:
-        self.frames = frames
-        self.stats = stats
-        self.sent: deque[tuple[int, float]] = deque()
-        self.buf = b""
-        self.transport: asyncio.Transport | None = None
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.in_flight = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def start(self) -> None:
-        now = time.perf_counter()
-        self.sent.extend((m, now) for m in range(len(self.frames)))
-        self.in_flight = len(self.frames)
-        assert self.transport is not None
-        self.transport.write(b"".join(self.frames))
-
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()  # one clock read per read: these replies arrived together
-        if self.buf:
-            data = self.buf + data
-        st = self.stats
-        counted = st.t_begin <= now < st.t_end
-        resend = now < st.t_end
-        out: list[bytes] = []
-        pos, n = 0, len(data)
-        while n - pos >= 4:
-            (size,) = _SIZE.unpack_from(data, pos)
-            end = pos + 4 + size
-            if end > n:
-                break
-            member, t0 = self.sent.popleft()
-            (corr,) = _SIZE.unpack_from(data, pos + 4)
-            (code,) = _ERR.unpack_from(data, pos + 4 + _ERR_OFFSET)
-            pos = end
-            if corr != member:
-                st.out_of_order += 1
-            elif code:
-                st.errors[code] += 1  # warm-up and drain included: any error fails the figure
-            elif counted:
-                st.ok += 1
-                st.latency[int(math.log(max(now - t0, 1e-7)) * _BUCKETS_PER_E)] += 1
-            if resend:
-                out.append(self.frames[member])
-                self.sent.append((member, now))
-            else:
-                self.in_flight -= 1
-        self.buf = data[pos:]
-        if out:
-            assert self.transport is not None
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-        if self.in_flight == 0 and not self.done.done():
-            self.done.set_result(None)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_exception(ConnectionError(f"connection lost: {exc}"))
-
-
 async def worker(args: dict[str, Any]) -> dict[str, Any]:
     """Drive this worker's share of the connections through one window (see module doc)."""
     loop = asyncio.get_running_loop()
@@ -268,11 +191,11 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
     to_perf = time.perf_counter() - time.time()
     w_begin = start + float(args["warmup"])
     w_end = w_begin + float(args["window"])
-    stats = _Stats(w_begin + to_perf, w_end + to_perf)
-    conns: list[_LoadConn] = []
+    stats = HeartbeatStats(w_begin + to_perf, w_end + to_perf)
+    conns: list[HeartbeatLoad] = []
     for frames in mine:
         _, proto = await loop.create_connection(
-            lambda f=frames: _LoadConn(f, stats), "127.0.0.1", int(args["port"])
+            lambda f=frames: HeartbeatLoad(f, stats), "127.0.0.1", int(args["port"])
         )
         conns.append(proto)
     late = time.time() - start  # > 0: this worker was not ready at the barrier
@@ -362,38 +285,6 @@ def echo_server(reply_size: int) -> Iterator[tuple[int, int]]:
 # ---- one measured window ----------------------------------------------------------------------
 
 
-def _proc_cpu(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _machine_cpu() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine."""
-    vals = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = vals[3] + vals[4]  # idle + iowait
-    total = sum(vals[:8])  # guest time is already counted in user
-    return total - idle, total
-
-
-class _CpuWindow(threading.Thread):
-    """Reads a server's CPU time and the machine's at the window's two ends."""
-
-    def __init__(self, pid: int, t0: float, t1: float) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.t0, self.t1 = pid, t0, t1
-        self.server = float("nan")  # cores
-        self.machine = float("nan")  # cores busy (all processes)
-
-    def run(self) -> None:
-        time.sleep(max(0.0, self.t0 - time.time()))
-        s0, (m0, tot0), w0 = _proc_cpu(self.pid), _machine_cpu(), time.time()
-        time.sleep(max(0.0, self.t1 - time.time()))
-        s1, (m1, tot1), w1 = _proc_cpu(self.pid), _machine_cpu(), time.time()
-        self.server = (s1 - s0) / (w1 - w0)
-        self.machine = (m1 - m0) / max(1, tot1 - tot0) * (os.cpu_count() or 1)
-
-
 class _LeaseWatch(threading.Thread):
     """Polls a node's /cluster over the window: the smallest lease margin left (ms)."""
 
@@ -433,17 +324,6 @@ class Window:
     lease_margin: float | None  # node only: smallest lease margin seen, ms
 
 
-def _hist_percentile(hist: Counter[int], q: float) -> float:
-    total = sum(hist.values())
-    rank = max(1, round(q / 100 * total + 0.5))
-    seen = 0
-    for bucket in sorted(hist):
-        seen += hist[bucket]
-        if seen >= rank:
-            return math.exp((bucket + 0.5) / _BUCKETS_PER_E)
-    return float("nan")
-
-
 def measure(
     port: int,
     pid: int,
@@ -456,7 +336,7 @@ def measure(
     """One window of the closed-loop load against the server at `port` (process `pid`)."""
     procs = min(worker_processes(), conns)
     start = start_barrier(2.0)  # time to spawn the workers and connect
-    cpu = _CpuWindow(pid, start + warmup, start + warmup + window)
+    cpu = CpuWindow(pid, start + warmup, start + warmup + window)
     cpu.start()
     lease = None
     if admin_url is not None:
@@ -489,8 +369,8 @@ def measure(
     ok = sum(r["ok"] for r in results)
     return Window(
         rate=ok / window,
-        p50=_hist_percentile(hist, 50),
-        p99=_hist_percentile(hist, 99),
+        p50=heartbeat_percentile(hist, 50),
+        p99=heartbeat_percentile(hist, 99),
         server_cpu=cpu.server,
         loadgen_cpu=[r["cpu"] / window for r in results],
         machine_cpu=cpu.machine,

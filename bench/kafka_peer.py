@@ -41,8 +41,9 @@ from typing import Any
 import pytest
 
 from bench.common import node, worker_processes
+from bench.probes import process_cpu
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
-from bench.tansu import SESSION_MS, CpuSampler, Run, Server, cpu_seconds, one_run
+from bench.tansu import SESSION_MS, CpuSampler, Run, Server, one_run
 from tests.support import java as java_support
 from tests.support.consumers import Hub
 from tests.support.java import JavaConsumerProcess
@@ -164,9 +165,9 @@ def java_run(
         for c in cs:
             c.send(f"commits {ws} {we}")
         time.sleep(max(0.0, ws / 1000 - time.time()))
-        cpu0 = sum(cpu_seconds(c.proc.pid) for c in cs)
+        cpu0 = sum(process_cpu(c.proc.pid) for c in cs)
         time.sleep(max(0.0, we / 1000 - time.time()))
-        cpu1 = sum(cpu_seconds(c.proc.pid) for c in cs)
+        cpu1 = sum(process_cpu(c.proc.pid) for c in cs)
         got = [
             c.wait_event("commits", window + 60, after=m) for c, m in zip(cs, marks, strict=True)
         ]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import random
 import re
 import sys
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import node, rss_bytes, run_workers, worker_processes
+from bench.probes import process_cpu
 from bench.report import BenchOptions, Figure, fmt_rate
 from tests.support import consumer_bytes
 
@@ -448,11 +448,6 @@ def _check_groups(admin_url: str, ids: list[str], members: int) -> None:
             raise RuntimeError(f"group {gid} is not Stable with {members} assigned members: {g}")
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _settled_rss(pid: int, samples: int, pause: float) -> int:
     """Median of a few samples after a pause (the event loop drains, garbage is collected)."""
     got = []
@@ -560,11 +555,11 @@ def run(opts: BenchOptions) -> Figure:
         try:
             wait_for("connected", 60)
             connected = _settled_rss(pid, 3, 0.3)
-            cpu0, t0 = _cpu_seconds(pid), time.time()
+            cpu0, t0 = process_cpu(pid), time.time()
             go.touch()
             wait_for("ready", 280)
             formed_s = time.time() - t0
-            node_cpu = _cpu_seconds(pid) - cpu0
+            node_cpu = process_cpu(pid) - cpu0
             stats = [json.loads(Path(a["ready"]).read_text()) for a in args]
             states, n_members = _gauges(proc.admin_url)
             total_groups = groups + warm_groups

@@ -1,6 +1,6 @@
 """Figure 2: rebalance latency of a Stable group of N members, against a floor of an echo server
 answering the same frames plus one durable commit of the group's record, all measured in the same
-run (issue 16).
+run.
 
 Method. One node (`bench.common.node`, SQLite, synchronous=FULL) knows one topic of 1000
 partitions. For each size N, one load-generator process (`run_workers`) forms a Stable group of N
@@ -49,6 +49,7 @@ from app.group.consumer_protocol import decode_assignment
 from app.group.records import RecordType, group_key
 from app.kafka.codec import uvarint
 from bench.common import no_collection, node, run_workers
+from bench.probes import process_cpu
 from bench.rebalance_echo import control_frame, echo_server
 from bench.report import BenchOptions, Figure, fmt_ms, median, percentile
 from tests.support import consumer_bytes
@@ -306,12 +307,6 @@ class _Member:
         self.owned: list[int] = []
 
 
-def _proc_cpu(pid: int) -> float:
-    """utime + stime of a process, in seconds (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _machine_cpu() -> float:
     """CPU seconds all processes of the machine have used (Linux /proc/stat, non-idle)."""
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
@@ -529,14 +524,14 @@ async def worker(args: dict[str, Any]) -> dict[str, Any]:
     for rep in range(warmup + int(args["reps"])):
         rnd = _Round(group, members, leader, generation)
         with no_collection():
-            cpu0, node0, all0 = time.process_time(), _proc_cpu(pid), _machine_cpu()
+            cpu0, node0, all0 = time.process_time(), process_cpu(pid), _machine_cpu()
             t_first = time.perf_counter()
             for c in conns:
                 c.flush()
             t_sent = time.perf_counter()  # the last JoinGroup is on the wire
             await _wait(rnd.done, conns, f"rebalance {rep} of {n} members")
             t_idle = time.perf_counter()
-        gen_d, node_d = time.process_time() - cpu0, _proc_cpu(pid) - node0
+        gen_d, node_d = time.process_time() - cpu0, process_cpu(pid) - node0
         all_d = _machine_cpu() - all0
         # the floor, interleaved with the rebalances so that both see the same machine: the
         # same rebalance against the echo server, then durable commits of the record the node

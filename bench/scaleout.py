@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from app.runtime.placement import partition_for
-from bench import commits, heartbeats
+from bench import heartbeats
 from bench.common import run_async, run_workers, worker_processes
+from bench.databases import pg_admin, pg_url
+from bench.generators import COMMIT_MEMBERS, COMMIT_TOPIC
 from bench.report import BenchOptions, Figure, fmt_rate, median
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.nodes import CoordinatorProcess
@@ -66,9 +68,9 @@ def cluster(opts: BenchOptions, name: str, size: int, **env: str) -> Iterator[An
     """`size` nodes on a fresh PostgreSQL database; yields (nodes, partition -> owner) once the
     partitions are split evenly."""
     db = f"{BENCH_DB}_{name}".replace("-", "_")
-    run_async(commits._pg_admin(opts.pg_dsn, f"DROP DATABASE IF EXISTS {db}"))
-    run_async(commits._pg_admin(opts.pg_dsn, f"CREATE DATABASE {db}"))
-    url = commits._pg_url(opts.pg_dsn, db, "postgresql+asyncpg")
+    run_async(pg_admin(opts.pg_dsn, f"DROP DATABASE IF EXISTS {db}"))
+    run_async(pg_admin(opts.pg_dsn, f"CREATE DATABASE {db}"))
+    url = pg_url(opts.pg_dsn, db, "postgresql+asyncpg")
     workdir = opts.workdir / name
     workdir.mkdir(parents=True, exist_ok=True)
     env = {"COORD_LOG_LEVEL": "WARNING", "COORD_LOG_PARTITIONS": str(LOG_PARTITIONS), **env}
@@ -165,7 +167,7 @@ def _heartbeat_rate(opts: BenchOptions, size: int, groups: int, window: float) -
 
 def _commit_rate(opts: BenchOptions, size: int, groups: int, window: float) -> dict[str, Any]:
     env = {
-        "COORD_TOPICS": f"{commits.TOPIC}:{commits.MEMBERS}",
+        "COORD_TOPICS": f"{COMMIT_TOPIC}:{COMMIT_MEMBERS}",
         "COORD_INITIAL_REBALANCE_DELAY_MS": "300",
     }
     with cluster(opts, f"commits{size}", size, **env) as (nodes, owners):

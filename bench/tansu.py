@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import shutil
 import socket
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import node, run_workers, start_barrier, worker_processes
+from bench.probes import process_cpu
 from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, fmt_rate, median
 from tests.support.ports import free_port
 
@@ -55,7 +55,6 @@ TOPIC = "bench-tansu"
 PARTITIONS = 100
 SESSION_MS = 6000  # our node's minimum (COORD_MIN_SESSION_TIMEOUT_MS); Tansu accepts it too
 COMMIT_MARGIN_S = 0.5  # pause between formation and the commit window (files to propagate)
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 # ---- servers ------------------------------------------------------------------------------------
@@ -138,13 +137,6 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
     raise TimeoutError(f"tansu not listening after {timeout}s:\n{log.read_text()[-2000:]}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all threads), from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 class CpuSampler:
     """Samples the servers' CPU time every 50 ms, and our nodes' log-writer metrics every
     0.5 s, so any window can be read afterwards (windows are known once the workers report)."""
@@ -163,7 +155,7 @@ class CpuSampler:
             now = time.time()
             for p in self.pids:
                 with contextlib.suppress(OSError):
-                    self.samples[p].append((now, cpu_seconds(p)))
+                    self.samples[p].append((now, process_cpu(p)))
             if k % 10 == 0:
                 for p, url in self.admin.items():
                     with contextlib.suppress(OSError, ValueError):

@@ -6,7 +6,7 @@ rebalance any of them.
 The node is tests/support/secure.py's SecureNode on SQLite (trustme certificates, user made by
 `coordinator users set`, ACLs by `coordinator acls add`). The members (2 groups of 10 static
 members, session timeout 10 s, one SASL_SSL connection per group, a heartbeat every 100 ms)
-and the storm run in processes of their own (bench/security.py's `storm_window`, also the
+and the storm run in processes of their own (bench/auth_storm.py's `storm_window`, also the
 benchmark's figure 8d), so neither steals the CPU of the other's loop nor of this one.
 """
 
@@ -14,13 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.security import (
-    STORM_BOUND_MS,
-    STORM_CLIENTS,
-    lag_text,
-    secure_bench_node,
-    storm_window,
-)
+from bench.auth_storm import STORM_BOUND_MS, STORM_CLIENTS, storm_window
+from bench.probes import lag_text
+from bench.secure_node import secure_bench_node
 
 STORMS = 2
 
