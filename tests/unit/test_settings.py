@@ -20,7 +20,7 @@ from cli.security import _database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = set(Settings.model_fields)
-# fixed, as in Kafka (docs/protocol.md §1.4 Settings and fixed limits): no setting of theirs
+# fixed, as in Kafka (protocol.md §1.4): no setting of theirs
 FIXED = {"offset_metadata_max_bytes", "new_member_join_timeout_ms"}
 # where the defaults are written: the settings themselves, and the pure core's (it runs
 # without a node, in the audit too), which Settings takes
