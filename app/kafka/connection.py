@@ -155,7 +155,6 @@ class FramedConnection(asyncio.Protocol):
         # One reading of both clocks serves the frames of this read: it stops after
         # TURN_SHARE_S, so the reading is at most that old, far inside a lease's safety margin.
         self.clock = (time.time_ns() // 1_000_000, time.monotonic_ns() // 1_000_000)
-        frame_at = self.frame_at
         while True:
             if available - pos < 4:
                 self._need = 4
@@ -176,7 +175,7 @@ class FramedConnection(asyncio.Protocol):
                 self._server.wait_heavy_turn(self)
                 self._update_reading()
                 break
-            frame_at(data, pos + 4, end)
+            self.frame_at(data, pos + 4, end)  # a method call the compiled build makes in C
             pos = end
             if self._closing:
                 return

@@ -184,11 +184,6 @@ class FixedReply(NamedTuple):
     metric_key: tuple[str, int, Error]
 
 
-# (frame with its header, version, max client id bytes, max request elements, client host)
-# -> the request its handler or WriteCall takes, or None: kio's generic reader decides
-HotReader = Callable[[bytes, int, int, int, str], Any]
-
-
 class MemoReader(Protocol):
     """A connection's reader of an API whose request is its bytes after the correlation id
     (a member resends the same Heartbeat until its generation changes): `memo` maps those
@@ -200,27 +195,41 @@ class MemoReader(Protocol):
     def read(self, frame: bytes, version: int) -> Any: ...
 
 
-# (security when ACLs apply else None, principal, client ip) of the connection asking
-HotAnswer = Callable[
-    [CoordinatorService, "SecurityManager | None", str, str, Any, tuple[int, int]], Error
-]
-
-
-@dataclass(frozen=True, slots=True)
 class HotPath:
-    """An API's fast path, declared on its row beside the kio reader and encoder: a reader
-    with `struct` from the frame straight to the internal request (None for any frame outside
-    the common shape, which kio's reader then answers or rejects as before). With `answer`
-    and `encode`, a request answered from memory (Heartbeat): `answer(service, security,
-    principal, ip, request, clock)` gives the error code (raising CoordinatorError as the
-    handler would), `encode(version, error)` the reply; no context, no kio. Without them, a
-    group write: the row's `start` serves it when no ACLs apply, its handler otherwise."""
+    """An API's fast path, declared on its row beside the kio reader and encoder. `read`: a
+    reader with `struct` from the frame (header included) straight to the internal request,
+    None for any frame outside the common shape (kio's reader then answers or rejects it as
+    before). A path that `answers` serves a request from memory (Heartbeat): `answer` gives
+    the error code (raising CoordinatorError as the handler would), `encode` the reply; no
+    context, no kio. Otherwise the request is a group write: the row's `start` serves it when
+    no ACLs apply, its handler otherwise. Methods of a class, not functions in fields: the
+    compiled connection calls them without packing arguments."""
 
-    read: HotReader
-    answer: HotAnswer | None = None
-    encode: Callable[[int, Error], FixedReply] | None = None
-    # (max client id bytes) -> the connection's memoizing reader, for requests that repeat
-    memo: Callable[[int], MemoReader] | None = None
+    def __init__(self, answers: bool = False) -> None:
+        self.answers = answers
+
+    def read(
+        self, frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+    ) -> Any:
+        raise NotImplementedError
+
+    def memo_reader(self, max_client_id: int) -> MemoReader | None:
+        """The connection's memoizing reader, for requests that repeat byte for byte."""
+        return None
+
+    def answer(
+        self,
+        service: CoordinatorService,
+        security: SecurityManager | None,  # None: no ACLs apply
+        principal: str,
+        ip: str,
+        request: Any,
+        clock: tuple[int, int],
+    ) -> Error:
+        raise NotImplementedError
+
+    def encode(self, version: int, error: Error) -> FixedReply:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,8 +89,8 @@ class KafkaConnection(GatedConnection):
         # the rows whose hot path memoizes requests
         self._memos: dict[int, _Memo] = {}
         for key, (hot, name) in _memoized().items():
-            assert hot.memo is not None
-            reader = hot.memo(self._decode_limits.max_client_id_bytes)
+            reader = hot.memo_reader(self._decode_limits.max_client_id_bytes)
+            assert reader is not None
             self._memos[key] = (reader.memo, hot, name, reader)
         # the service's request counter, if it keeps one: (api name, version, error code)
         self._request_counts: dict[tuple[str, int, int], int] | None = getattr(
@@ -126,7 +126,7 @@ class KafkaConnection(GatedConnection):
         # compiled build checks a typed variable on every assignment)
         hot: Any = None
         if hot_path is not None:
-            memo = self._memos.get(api_key) if hot_path.memo is not None else None
+            memo = self._memos.get(api_key)
             if memo is not None:
                 hot = memo[3].read(frame, version)
             else:
@@ -139,7 +139,7 @@ class KafkaConnection(GatedConnection):
                     self._host,
                 )
             if hot is not None:
-                if hot_path.answer is not None:
+                if hot_path.answers:
                     self._answer(hot_path, api.name, hot, version, frame[4:8])
                     return
                 if not self._acl_enabled and api.start is not None:
@@ -197,10 +197,8 @@ class KafkaConnection(GatedConnection):
         """A request answered from memory by its row's hot path, without a request context
         or kio (a call per step was a third of a heartbeat's cost). `correlation`: the
         request's correlation id bytes, which the reply repeats."""
-        answer, encode = hot.answer, hot.encode
-        assert answer is not None and encode is not None
         try:
-            error = answer(
+            error = hot.answer(
                 self._service, self._authorizer, self.principal, self.ip, request, self.clock
             )
         except CoordinatorError as exc:
@@ -208,7 +206,7 @@ class KafkaConnection(GatedConnection):
         except Exception:
             log.exception("%s v%d from %s failed", name, version, self._peer)
             error = Error.UNKNOWN_SERVER_ERROR
-        reply = encode(version, error)
+        reply = hot.encode(version, error)
         counts = self._request_counts
         if counts is not None:
             key = reply.metric_key
@@ -375,7 +373,7 @@ def _memoized() -> dict[int, tuple[HotPath, str]]:
     out: dict[int, tuple[HotPath, str]] = {}
     for (key, _), entry in version_table().items():
         hot = entry.api.hot
-        if hot is not None and hot.memo is not None and 0 <= key < 256:
+        if hot is not None and hot.memo_reader(0) is not None and 0 <= key < 256:
             out[key] = (hot, entry.api.name)
     return out
 

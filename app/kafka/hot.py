@@ -162,30 +162,39 @@ def heartbeat_answer(version: int, error: Error) -> FixedReply:
     return answer
 
 
-def answer_heartbeat(
-    service: CoordinatorService,
-    security: SecurityManager | None,
-    principal: str,
-    ip: str,
-    fields: Any,
-    clock: tuple[int, int],
-) -> Error:
-    """What `handle_heartbeat` answers, from the hot reader's fields (`security`: None when no
-    ACLs apply); CoordinatorError as the handler raises it."""
-    group_id, generation_id, member_id, instance_id = fields
-    if security is not None and not security.authorize(
-        principal, ip, AclOperation.READ, ResourceType.GROUP, group_id
-    ):
-        return Error.GROUP_AUTHORIZATION_FAILED
-    return service.heartbeat(group_id, generation_id, member_id, instance_id, clock)
+class HeartbeatHot(HotPath):
+    """Heartbeat's fast path: `read_heartbeat` with the connection's memo, what
+    `handle_heartbeat` answers, and the reply's pieces."""
+
+    def __init__(self) -> None:
+        super().__init__(answers=True)
+
+    def read(
+        self, frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+    ) -> HeartbeatFields | None:
+        return read_heartbeat(frame, version, max_client_id)
+
+    def memo_reader(self, max_client_id: int) -> HeartbeatReader:
+        return HeartbeatReader(max_client_id)
+
+    def answer(
+        self,
+        service: CoordinatorService,
+        security: SecurityManager | None,
+        principal: str,
+        ip: str,
+        request: Any,
+        clock: tuple[int, int],
+    ) -> Error:
+        group_id, generation_id, member_id, instance_id = request
+        if security is not None and not security.authorize(
+            principal, ip, AclOperation.READ, ResourceType.GROUP, group_id
+        ):
+            return Error.GROUP_AUTHORIZATION_FAILED
+        return service.heartbeat(group_id, generation_id, member_id, instance_id, clock)
+
+    def encode(self, version: int, error: Error) -> FixedReply:
+        return heartbeat_answer(version, error)
 
 
-def _read(
-    frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
-) -> HeartbeatFields | None:
-    return read_heartbeat(frame, version, max_client_id)
-
-
-HEARTBEAT_HOT: Final = HotPath(
-    _read, answer=answer_heartbeat, encode=heartbeat_answer, memo=HeartbeatReader
-)
+HEARTBEAT_HOT: Final = HeartbeatHot()

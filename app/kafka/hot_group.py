@@ -370,22 +370,31 @@ def read_offset_commit(
     )
 
 
-# The readers in the shape of the API rows' HotPath (app/kafka/context.py; the client host is
-# JoinGroup's alone), and the paths the rows declare.
+# The paths the API rows declare (app/kafka/context.py HotPath; the client host is JoinGroup's
+# alone).
 
 
-def hot_sync_group(
-    frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
-) -> SyncGroupRequest | None:
-    return read_sync_group(frame, version, max_client_id, max_elements)
+class JoinGroupHot(HotPath):
+    def read(
+        self, frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+    ) -> JoinGroupRequest | None:
+        return read_join_group(frame, version, max_client_id, max_elements, client_host)
 
 
-def hot_offset_commit(
-    frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
-) -> OffsetCommitWire | None:
-    return read_offset_commit(frame, version, max_client_id, max_elements)
+class SyncGroupHot(HotPath):
+    def read(
+        self, frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+    ) -> SyncGroupRequest | None:
+        return read_sync_group(frame, version, max_client_id, max_elements)
 
 
-JOIN_GROUP_HOT: Final = HotPath(read_join_group)
-SYNC_GROUP_HOT: Final = HotPath(hot_sync_group)
-OFFSET_COMMIT_HOT: Final = HotPath(hot_offset_commit)
+class OffsetCommitHot(HotPath):
+    def read(
+        self, frame: bytes, version: int, max_client_id: int, max_elements: int, client_host: str
+    ) -> OffsetCommitWire | None:
+        return read_offset_commit(frame, version, max_client_id, max_elements)
+
+
+JOIN_GROUP_HOT: Final = JoinGroupHot()
+SYNC_GROUP_HOT: Final = SyncGroupHot()
+OFFSET_COMMIT_HOT: Final = OffsetCommitHot()
