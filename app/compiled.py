@@ -1,4 +1,4 @@
-"""The node's hot modules, compiled with mypyc, or the same source interpreted (issue 16).
+"""The node's hot modules, compiled with mypyc, or the same source interpreted.
 
 `make install` compiles them (`build()` below) into `.build/compiled/`, with a manifest of the
 SHA-256 of every source under app/ and storage/ (mypyc copies `Final` constants of the modules

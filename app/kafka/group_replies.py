@@ -2,7 +2,7 @@
 
 A rebalance of N members sends 2N of these replies in one burst, and kio's pure-Python writer
 (build the versioned entity, validate every field, walk the schema) cost more than the
-coordinator's own work for them (issue 16). These functions write the very bytes kio writes for
+coordinator's own work for them. These functions write the very bytes kio writes for
 every version the node serves (JoinGroup v0-9, SyncGroup v0-5, OffsetCommit v2-9), from the
 internal responses; tests/protocol/test_group_replies.py holds them to kio's encoding byte for
 byte, version by version, over generated responses.

@@ -4,7 +4,7 @@ committers' request side of the hot path app/kafka/hot.py opened for Heartbeat.
 A rebalance of N members brings 2N of these frames in one burst. The generic reader walks each
 frame's bounds (app/kafka/bounded.py), has kio build its versioned entity, and `decode_*`
 turns that into the internal request: on a 1,000-member rebalance that was a fifth of the
-node's time (issue 16). These readers go from the frame to the internal request in one pass,
+node's time. These readers go from the frame to the internal request in one pass,
 checking every length against the bytes left before slicing and the array against the request's
 element bound before reading it. A frame outside the shape every client sends (tagged fields,
 a null where the schema has none, a client id or array over its bound, bytes after the last
