@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.group.config import CoreConfig
 from app.security.listeners import check_listener_settings
+from storage import bounds
 
 _CORE: Final = CoreConfig()
 
@@ -75,8 +76,8 @@ class Settings(BaseSettings):
     max_queued_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_client_id_bytes: int = Field(default=4096, ge=16, le=32767)
     max_request_elements: int = Field(default=10_000, ge=100)
-    max_record_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
-    max_queued_records: int = Field(default=100_000, ge=100)
+    max_record_bytes: int = Field(default=bounds.MAX_RECORD_BYTES, ge=1024)
+    max_queued_records: int = Field(default=bounds.MAX_QUEUED_RECORDS, ge=100)
     lease_ttl_ms: int = Field(default=5000, ge=500)
     tombstone_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
     archive_history: bool = True

@@ -22,14 +22,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from storage import bounds
 from storage.envelope import AppendBatch, EnvelopeLike
 from storage.errors import FencedError, RecordTooLarge, StorageError, WriterBusy, WriterStopped
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RECORDS_PER_TXN = 5000
-DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_QUEUED_RECORDS = 100_000
+DEFAULT_MAX_RECORDS_PER_TXN = bounds.MAX_RECORDS_PER_TXN
+DEFAULT_MAX_RECORD_BYTES = bounds.MAX_RECORD_BYTES
+DEFAULT_MAX_QUEUED_RECORDS = bounds.MAX_QUEUED_RECORDS
 
 
 class Appender(Protocol):

@@ -129,7 +129,8 @@ def mutate(rnd: random.Random, frame: bytes, lengths: list[Any]) -> bytes:
 
 
 _LIMITS = DEFAULT_DECODE_LIMITS
-# the struct readers, as the connection (app/kafka/dispatch.py) calls them (None: the generic path decides)
+# the struct readers, as the connection (app/kafka/dispatch.py) calls them
+# (None: the generic path decides)
 _HOT: dict[int, Callable[[bytes, int], object]] = {
     12: lambda f, v: read_heartbeat(f, v, _LIMITS.max_client_id_bytes),
     11: lambda f, v: read_join_group(

@@ -168,3 +168,18 @@ def test_one_setting_is_read_without_the_others(monkeypatch: pytest.MonkeyPatch)
         read_setting("node_id")
     monkeypatch.delenv("COORD_DATABASE_URL")
     assert read_setting("database_url") == Settings.model_fields["database_url"].default
+
+
+def test_the_group_commit_writers_bounds_are_the_settings() -> None:
+    """LogWriter runs without a node (tests, tools): its defaults are the settings' own, and
+    both come from storage/bounds.py, which loads no database driver for Settings."""
+    import inspect
+
+    from storage.writer import LogWriter
+
+    params = inspect.signature(LogWriter).parameters
+    for name in ("max_record_bytes", "max_queued_records"):
+        assert params[name].default == getattr(DEFAULTS, name), name
+    source = (ROOT / "app" / "config.py").read_text(encoding="utf-8")
+    assert "default=bounds.MAX_RECORD_BYTES" in source
+    assert "default=bounds.MAX_QUEUED_RECORDS" in source
