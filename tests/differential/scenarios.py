@@ -11,6 +11,7 @@ left out by name in IGNORED.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import enum
 import re
@@ -130,6 +131,10 @@ async def join(
 ) -> Any:
     """JoinGroup as a consumer sends it; a dynamic member told MEMBER_ID_REQUIRED (v4+) joins
     again with the id it was given, and both replies are recorded."""
+    settled = _settled.get()
+    if settled is not None and (member_id or instance is not None or version < 4):
+        # this request waits in the join phase (no MEMBER_ID_REQUIRED round trip comes first)
+        settled.set()
     reply = await c.join_group(
         group,
         member_id,
@@ -154,11 +159,28 @@ async def join(
     return reply
 
 
+# set by `join` when it sends the JoinGroup that waits in the join phase (see join_all)
+_settled: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
+    "settled", default=None
+)
+
+
 async def join_all(*joins: Awaitable[Any], stagger: float = 0.1) -> list[Any]:
-    """Start the joins in order, `stagger` apart (the first to arrive leads), await them all."""
+    """Start the joins in order (the first to arrive leads, on both clusters): each starts
+    `stagger` after the one before sent its waiting JoinGroup, so a MEMBER_ID_REQUIRED round
+    trip slowed by a loaded machine cannot reorder them."""
     tasks = []
     for j in joins:
-        tasks.append(asyncio.ensure_future(j))
+        settled = asyncio.Event()
+        token = _settled.set(settled)
+        try:
+            task = asyncio.ensure_future(j)  # the task runs in a copy of this context
+        finally:
+            _settled.reset(token)
+        tasks.append(task)
+        waiting = asyncio.ensure_future(settled.wait())
+        await asyncio.wait({task, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
         await asyncio.sleep(stagger)
     return list(await asyncio.gather(*tasks))
 
