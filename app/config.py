@@ -12,7 +12,7 @@ import ipaddress
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.group.config import CoreConfig
@@ -29,6 +29,21 @@ def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
     if not port.isdigit():
         raise ValueError(f"invalid port in {value!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def upstream_addresses(value: str) -> tuple[tuple[str, int], ...]:
+    """COORD_UPSTREAM_BOOTSTRAP 'host:port,…' (port 9092 when left out)."""
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if item:
+            host, port = parse_hostport(item, 9092)
+            if not host or host == "0.0.0.0" or not 0 < port < 65536:
+                raise ValueError(f"COORD_UPSTREAM_BOOTSTRAP entry {item!r} is not host:port")
+            out.append((host, port))
+    if not out:
+        raise ValueError("COORD_UPSTREAM_BOOTSTRAP names no broker")
+    return tuple(out)
 
 
 def parse_topics(value: str) -> dict[str, int]:
@@ -113,6 +128,25 @@ class Settings(BaseSettings):
     # connection.failed.authentication.delay.ms: a failed login is answered this much later,
     # and the same principal from the same source waits longer after each failure
     failed_authentication_delay_ms: int = Field(default=100, ge=0, le=60_000)
+    # --- gateway mode (docs/gateway.md): set, the node fronts an existing Kafka cluster ---
+    upstream_bootstrap: str = ""  # host:port,… of the upstream brokers
+    # the gateway's own connection to the upstream, in a Kafka client's words
+    upstream_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = (
+        "PLAINTEXT"
+    )
+    upstream_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    upstream_sasl_username: str = ""
+    upstream_sasl_password: SecretStr = SecretStr("")  # environment only, never a flag
+    upstream_ssl_cafile: str = ""
+    upstream_ssl_certfile: str = ""
+    upstream_ssl_keyfile: str = ""
+    upstream_metadata_refresh_ms: int = Field(default=30_000, ge=100)
+    upstream_timeout_ms: int = Field(default=10_000, ge=100)
+    # a port per upstream broker id in [base, base + ports), after each listener's port
+    gateway_broker_id_base: int = Field(default=0, ge=0)
+    gateway_broker_ports: int = Field(default=16, ge=1, le=4096)
+    # the coordinator's node ids in FindCoordinator: this + COORD_NODE_ID, above every broker's
+    gateway_coordinator_id_base: int = Field(default=1_000_000_000, ge=1)
 
     @field_validator("topics")
     @classmethod
@@ -129,7 +163,27 @@ class Settings(BaseSettings):
         if self.advertised_listener:
             parse_hostport(self.advertised_listener, 9092)
         check_listener_settings(self)
+        if self.upstream_bootstrap:
+            upstream_addresses(self.upstream_bootstrap)
+            if self.upstream_security_protocol.startswith("SASL") and not (
+                self.upstream_sasl_username
+            ):
+                raise ValueError(
+                    f"COORD_UPSTREAM_SECURITY_PROTOCOL={self.upstream_security_protocol} needs "
+                    "COORD_UPSTREAM_SASL_USERNAME and COORD_UPSTREAM_SASL_PASSWORD"
+                )
+            if self.authorizer == "acl":
+                raise ValueError(
+                    "gateway mode (COORD_UPSTREAM_BOOTSTRAP) does not authorize relayed requests "
+                    "against the ACLs yet: run it with COORD_AUTHORIZER=none, and let the "
+                    "upstream's own ACLs guard its topics"
+                )
         return self
+
+    @property
+    def gateway(self) -> bool:
+        """Gateway mode: the node fronts the upstream cluster COORD_UPSTREAM_BOOTSTRAP names."""
+        return bool(self.upstream_bootstrap)
 
     @property
     def kafka_address(self) -> tuple[str, int]:

@@ -77,8 +77,22 @@ def serve(
     archive_history: Annotated[bool | None, Opt()] = None,
     history_retention_ms: Annotated[int | None, Opt()] = None,
     compaction_interval_ms: Annotated[int | None, Opt()] = None,
+    upstream_bootstrap: Annotated[
+        str | None, Opt(help="COORD_UPSTREAM_BOOTSTRAP host:port,… (gateway mode)")
+    ] = None,
+    upstream_security_protocol: Annotated[str | None, Opt()] = None,
+    upstream_sasl_mechanism: Annotated[str | None, Opt()] = None,
+    upstream_sasl_username: Annotated[str | None, Opt()] = None,
+    upstream_ssl_cafile: Annotated[str | None, Opt()] = None,
+    upstream_ssl_certfile: Annotated[str | None, Opt()] = None,
+    upstream_ssl_keyfile: Annotated[str | None, Opt()] = None,
+    upstream_metadata_refresh_ms: Annotated[int | None, Opt()] = None,
+    gateway_broker_id_base: Annotated[int | None, Opt()] = None,
+    gateway_broker_ports: Annotated[int | None, Opt()] = None,
+    gateway_coordinator_id_base: Annotated[int | None, Opt()] = None,
 ) -> None:
-    """Run a coordinator node (migrates the database first)."""
+    """Run a coordinator node (migrates the database first); a gateway in front of a Kafka
+    cluster with --upstream-bootstrap (its password: COORD_UPSTREAM_SASL_PASSWORD only)."""
     settings = _settings(**{k: v for k, v in locals().items()})
     logging.basicConfig(
         level=settings.log_level.upper(),

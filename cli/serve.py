@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
+import ssl
 import sys
 
 import uvicorn
@@ -14,11 +15,14 @@ import uvicorn
 from api.app import create_app, uvicorn_config
 from app import compiled
 from app.config import Settings, advertised_admin_url, is_loopback, shown_database_url
+from app.gateway.addresses import BrokerPorts, PlacementError
+from app.gateway.gateway import Gateway, GatewayServer
+from app.gateway.upstream import UpstreamConfig
 from app.kafka.apis import version_table
 from app.kafka.limits import ServerLimits
-from app.kafka.server import start_kafka_server
+from app.kafka.server import KafkaServer, start_kafka_server
 from app.runtime.node import CoordinatorNode
-from app.security.listeners import listeners_of
+from app.security.listeners import Listener, listeners_of
 from app.security.manager import SecurityManager
 from app.security.tls import listeners_context
 from storage.log import EventLog
@@ -51,6 +55,43 @@ def admin_exposure_problem(settings: Settings) -> str | None:
         "(e.g. `openssl rand -hex 32`), or listen on 127.0.0.1 (COORD_ADMIN_LISTEN), or set "
         "COORD_ADMIN_ALLOW_INSECURE=true to accept the risk."
     )
+
+
+async def start_gateway(
+    settings: Settings,
+    node: CoordinatorNode,
+    limits: ServerLimits,
+    listeners: list[Listener],
+    security: SecurityManager,
+    tls: ssl.SSLContext | None,
+) -> GatewayServer:
+    """The Kafka listener of gateway mode: group APIs here, the rest relayed upstream."""
+    config = UpstreamConfig.from_settings(settings)
+    ports = BrokerPorts(
+        settings.gateway_broker_id_base,
+        settings.gateway_broker_ports,
+        settings.gateway_coordinator_id_base,
+    )
+    gateway = Gateway(
+        node,
+        config,
+        ports,
+        settings.upstream_metadata_refresh_ms,
+        node.follow_topics,
+        node.metrics.registry,
+    )
+    host, port = settings.kafka_address
+    try:
+        server = GatewayServer(
+            gateway, node, host, port, limits, listeners=listeners, security=security, tls=tls
+        )
+    except PlacementError as e:
+        log.error("%s", e)
+        raise SystemExit(str(e)) from e
+    node.upstream_status = lambda: gateway.status(server.listeners)
+    log.info("gateway mode: upstream %r, broker ids %d..%d on the ports after each listener's",
+             config, ports.id_base, ports.id_base + ports.count - 1)  # fmt: skip
+    return await server.start()
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -102,15 +143,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     host, port = settings.kafka_address
     listeners = listeners_of(settings)
     tls = listeners_context(settings, listeners)
-    kafka = await start_kafka_server(
-        node,
-        host,
-        port,
-        ServerLimits.from_settings(settings),
-        listeners=listeners,
-        security=security,
-        tls=tls,
-    )
+    limits = ServerLimits.from_settings(settings)
+    if settings.gateway:
+        kafka: KafkaServer = await start_gateway(settings, node, limits, listeners, security, tls)
+    else:
+        kafka = await start_kafka_server(
+            node, host, port, limits, listeners=listeners, security=security, tls=tls
+        )
     admin_host, admin_port = settings.admin_address
     admin = uvicorn.Server(
         uvicorn_config(create_app(node, settings.admin_token or None, security=security), settings)
@@ -142,6 +181,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         log.info("node %d shutting down", settings.node_id)
         kafka.close()
+        if isinstance(kafka, GatewayServer):
+            await kafka.gateway.cluster.stop()
         admin.should_exit = True
         await node.stop()
         await security.stop()

@@ -332,6 +332,7 @@ class AdminService:
             "loading": loading,
             "load_errors": failed,
             "storage_error": node.storage_error(),
+            **({"upstream": node.upstream_status()} if node.upstream_status else {}),
         }
 
     def cluster_view(self) -> dict[str, Any]:
@@ -365,6 +366,7 @@ class AdminService:
             "nodes": nodes,
             "topics": node.topics,
             "partitions": partitions,
+            **({"upstream": node.upstream_status()} if node.upstream_status else {}),
         }
 
     def nodes(self) -> list[dict[str, Any]]:

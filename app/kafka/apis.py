@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -100,20 +100,31 @@ class ApiVersionEntry:
 _SOFTWARE_RE: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def _api_keys() -> list[dict[str, int]]:
+@functools.cache
+def local_ranges() -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) version of every API in the table."""
+    return {a.key: (a.min_version, a.max_version) for a in APIS}
+
+
+def _api_keys(ranges: Mapping[int, tuple[int, int]]) -> list[dict[str, int]]:
     return [
-        {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version} for a in APIS
+        {"api_key": key, "min_version": lo, "max_version": hi} for key, (lo, hi) in ranges.items()
     ]
 
 
-def handle_api_versions(ctx: RequestContext, req: Any) -> HandlerResult:
-    cls = response_class(API_VERSIONS, ctx.api_version)
-    if ctx.api_version >= 3 and not (
+def api_versions_answer(version: int, req: Any, ranges: Mapping[int, tuple[int, int]]) -> Any:
+    """ApiVersions' reply advertising `ranges` (a gateway advertises more than the table)."""
+    cls = response_class(API_VERSIONS, version)
+    if version >= 3 and not (
         _SOFTWARE_RE.fullmatch(req.client_software_name)
         and _SOFTWARE_RE.fullmatch(req.client_software_version)
     ):
         return build(cls, error_code=Error.INVALID_REQUEST, api_keys=[])
-    return build(cls, error_code=NO_ERROR, api_keys=_api_keys())
+    return build(cls, error_code=NO_ERROR, api_keys=_api_keys(ranges))
+
+
+def handle_api_versions(ctx: RequestContext, req: Any) -> HandlerResult:
+    return api_versions_answer(ctx.api_version, req, local_ranges())
 
 
 def api_versions_error(ctx: RequestContext, req: Any, error: Error) -> HandlerResult:
@@ -127,7 +138,7 @@ def _unsupported_api_versions_body() -> bytes:
         build(
             response_class(API_VERSIONS, 0),
             error_code=Error.UNSUPPORTED_VERSION,
-            api_keys=_api_keys(),
+            api_keys=_api_keys(local_ranges()),
         )
     )
 

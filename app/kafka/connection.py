@@ -88,6 +88,8 @@ class FramedConnection(asyncio.Protocol):
         self._yielding = False  # served its share of this loop turn; the rest waits for the next
         self._shed = owner.shedding  # the whole node sheds load (see KafkaServer._watch_lag)
         self._write_paused = False
+        # the other side of a relay asks this connection to stop reading (app/gateway/relay.py)
+        self._held = False
         # replies ready in one loop iteration leave in one write (one syscall, not one each);
         # a fixed-layout reply is three pieces here (size, correlation id, rest)
         self._out: list[bytes] = []
@@ -352,6 +354,7 @@ class FramedConnection(asyncio.Protocol):
                 and not self._yielding
                 and not self._shed
                 and not self._write_paused
+                and not self._held
                 and len(self._slots) < self._max_inflight // 2
                 and self._queued_bytes < self._max_queued_bytes // 2
             ):
@@ -364,6 +367,7 @@ class FramedConnection(asyncio.Protocol):
             or self._yielding
             or self._shed
             or self._write_paused
+            or self._held
             or len(self._slots) >= self._max_inflight
             or self._queued_bytes >= self._max_queued_bytes
         ):

@@ -55,6 +55,7 @@ class KafkaServer(asyncio.AbstractServer):
             if listener.protocol.tls and (tls is None or security is None):
                 raise ValueError(f"a {listener.name} listener needs a TLS context")
         self._servers: dict[str, asyncio.Server] = {}
+        self._also: list[asyncio.Server] = []
         self.connections: set[FramedConnection] = set()
         self._per_ip: dict[str, int] = {}
         self._server: asyncio.Server | None = None
@@ -100,11 +101,27 @@ class KafkaServer(asyncio.AbstractServer):
             conn.shed(on)
 
     def _protocol(self, listener: Listener) -> asyncio.Protocol:
-        conn = KafkaConnection(self, listener)
+        return self.wrap(self.connection(listener), listener)
+
+    def connection(self, listener: Listener) -> FramedConnection:
+        """A new client connection on `listener` (a gateway's relays as well)."""
+        return KafkaConnection(self, listener)
+
+    def wrap(self, conn: FramedConnection, listener: Listener) -> asyncio.Protocol:
+        """`conn` behind TLS when its listener says so."""
         if not listener.protocol.tls:
             return conn
         assert self.tls is not None and self.security is not None
         return TlsLayer(conn, self.tls, self.security.offload)
+
+    async def listen_also(
+        self, host: str, port: int, factory: Callable[[], asyncio.Protocol]
+    ) -> asyncio.Server:
+        """One more listening socket whose connections this server admits, sheds and sweeps
+        like its own (a gateway's port per upstream broker); closed with the others."""
+        server = await asyncio.get_running_loop().create_server(factory, host, port)
+        self._also.append(server)
+        return server
 
     def port_of(self, listener: str) -> int:
         return int(self._servers[listener].sockets[0].getsockname()[1])
@@ -173,7 +190,7 @@ class KafkaServer(asyncio.AbstractServer):
         return int(self.server.sockets[0].getsockname()[1])
 
     def close(self) -> None:
-        for server in self._servers.values():
+        for server in [*self._servers.values(), *self._also]:
             server.close()
         for task in (self._sweeper, self._watchdog):
             if task is not None:
@@ -183,7 +200,7 @@ class KafkaServer(asyncio.AbstractServer):
             conn.close()
 
     async def wait_closed(self) -> None:
-        for server in self._servers.values():
+        for server in [*self._servers.values(), *self._also]:
             await server.wait_closed()
 
     async def stop(self) -> None:

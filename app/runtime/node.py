@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from app.config import Settings, advertised_admin_url, core_config
@@ -88,6 +90,9 @@ class CoordinatorNode:
         self.schedule_read = self.runtime.schedule_read
         self.heartbeat = self.runtime.heartbeat
         self.read_all = self.runtime.read_all
+        # gateway mode: topics follow the upstream's Metadata (app/gateway), not COORD_TOPICS
+        self.coordinator_id_base = settings.gateway_coordinator_id_base if settings.gateway else 0
+        self.upstream_status: Callable[[], dict[str, Any]] | None = None
 
     # ==== what tests, the admin API and the metrics read ========================================
 
@@ -217,7 +222,7 @@ class CoordinatorNode:
         await self.leasing.tick()
         # renewals run from now on, whatever the rest of start-up costs
         self._tasks.append(asyncio.create_task(self.leasing.run(), name="leases"))
-        if self.owns_metadata():
+        if self.owns_metadata() and not self.settings.gateway:
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
 
@@ -239,8 +244,13 @@ class CoordinatorNode:
 
     def ready(self) -> bool:
         """Every partition this node owns is loaded and surely still its own, and the database
-        takes its writes (a node owning nothing yet is not ready)."""
+        takes its writes (a node owning nothing yet is not ready); a gateway's upstream is
+        reachable and every one of its brokers has a port."""
         t = monotonic_ms()
+        if self.upstream_status is not None:
+            upstream = self.upstream_status()
+            if not upstream["reachable"] or upstream["unplaced_broker_ids"]:
+                return False
         planned = [pid for pid, node in self.plan.items() if node == self.node_id]
         return (
             bool(self.partitions)
@@ -269,6 +279,11 @@ class CoordinatorNode:
     async def put_topics(self, topics: dict[str, int]) -> None:
         await self.registry.put(topics)
 
+    def follow_topics(self, topics: Mapping[str, int]) -> None:
+        """Gateway mode: the registry is the upstream's topics, as its Metadata last said."""
+        self.registry.topics.clear()
+        self.registry.topics.update(topics)
+
     # ==== CoordinatorService ====================================================================
 
     def cluster(self) -> ClusterView:
@@ -292,7 +307,10 @@ class CoordinatorNode:
             return CoordinatorLookup(
                 Error.COORDINATOR_NOT_AVAILABLE, message="the group's log partition has no owner"
             )
-        return CoordinatorLookup(Error.NONE, self.live_brokers[owner])
+        broker = self.live_brokers[owner]
+        if self.coordinator_id_base:  # a gateway: ids apart from the upstream brokers'
+            broker = dataclasses.replace(broker, node_id=self.coordinator_id_base + owner)
+        return CoordinatorLookup(Error.NONE, broker)
 
 
 async def cancel_quietly(task: asyncio.Task[Any]) -> None:

@@ -52,3 +52,29 @@ def _xdist_worker() -> tuple[int, int]:
     if not name.startswith("gw") or count < 2:
         return 0, 1
     return int(name[2:]) % count, count
+
+
+def free_port_block(n: int) -> int:
+    """The first of `n` consecutive free ports (a gateway node's listener and its port per
+    upstream broker), none handed out before; the rules of `free_port` for the first."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    worker, workers = _xdist_worker()
+    for _ in range(2000):
+        first = rng.randrange(10_000, low - n)
+        block = range(first, first + n)
+        if first % workers != worker or any(p in _handed_out for p in block):
+            continue
+        if all(_bindable(p) for p in block):
+            _handed_out.update(block)
+            return first
+    raise RuntimeError(f"no {n} consecutive free ports below {low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

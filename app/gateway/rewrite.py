@@ -1,0 +1,86 @@
+"""The replies the gateway rewrites: those that carry upstream broker addresses.
+
+Metadata, DescribeCluster and FindCoordinator (transactions) name brokers by id, host and
+port; a client must be sent to the gateway port of each broker instead (app/gateway/
+addresses.py). Only these replies are decoded (kio); every other relayed reply passes through as
+the broker wrote it. KIP-951's endpoints in Produce and Fetch replies are avoided by advertising
+those APIs below the versions that carry them (app/gateway/routes.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable
+from typing import Any, Final
+
+from kio.serial import entity_reader
+
+from app.kafka.codec import encode_body, frame_response, response_class, response_header_flexible
+from app.kafka.tagged import strip_unknown_tags
+
+_CORRELATION: Final = struct.Struct(">i")
+
+# broker id -> its (host, port) at the gateway, None when it cannot be placed
+Place = Callable[[int], tuple[str, int] | None]
+
+
+def _decode(frame: bytes, api_key: int, version: int) -> tuple[int, bool, Any]:
+    """(correlation id, flexible header, body) of a reply frame (size prefix included)."""
+    cls = response_class(api_key, version)
+    flexible = response_header_flexible(cls)
+    (correlation_id,) = _CORRELATION.unpack_from(frame, 4)
+    data = frame[4:]
+    try:
+        _, offset = entity_reader(cls.__header_schema__)(data, 0)
+        body, _ = entity_reader(cls)(data, offset)
+    except KeyError:  # a tagged field kio does not know: skipped, as the protocol says
+        data = strip_unknown_tags(cls, data)
+        _, offset = entity_reader(cls.__header_schema__)(data, 0)
+        body, _ = entity_reader(cls)(data, offset)
+    return correlation_id, flexible, body
+
+
+def _brokers(brokers: Any, place: Place) -> list[Any]:
+    out = []
+    for b in brokers:
+        at = place(int(b.node_id))
+        if at is not None:
+            out.append(dataclasses.replace(b, host=at[0], port=at[1]))
+    return out
+
+
+def metadata(frame: bytes, version: int, place: Place) -> tuple[bytes, Any]:
+    """The reply with each broker at its gateway address (brokers that cannot be placed are
+    left out: the node logged them), and the decoded body (the topic registry reads it)."""
+    correlation_id, flexible, body = _decode(frame, 3, version)
+    body = dataclasses.replace(body, brokers=tuple(_brokers(body.brokers, place)))
+    return frame_response(correlation_id, flexible, encode_body(body)), body
+
+
+def describe_cluster(frame: bytes, version: int, place: Place) -> bytes:
+    correlation_id, flexible, body = _decode(frame, 60, version)
+    body = dataclasses.replace(body, brokers=tuple(_brokers(body.brokers, place)))
+    return frame_response(correlation_id, flexible, encode_body(body))
+
+
+def find_coordinator(frame: bytes, version: int, place: Place) -> bytes:
+    """A transaction coordinator's address at the gateway; one that cannot be placed is
+    COORDINATOR_NOT_AVAILABLE (15), which clients retry."""
+    correlation_id, flexible, body = _decode(frame, 10, version)
+
+    def moved(entry: Any) -> Any:
+        if int(entry.error_code) != 0:
+            return entry
+        at = place(int(entry.node_id))
+        if at is None:
+            return dataclasses.replace(
+                entry, error_code=type(entry.error_code)(15), node_id=-1, host="", port=-1
+            )
+        return dataclasses.replace(entry, host=at[0], port=at[1])
+
+    if version >= 4:
+        body = dataclasses.replace(body, coordinators=tuple(moved(c) for c in body.coordinators))
+    else:
+        body = moved(body)
+    return frame_response(correlation_id, flexible, encode_body(body))

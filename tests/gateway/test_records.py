@@ -1,0 +1,105 @@
+"""Real records through a gateway node: produced and consumed with confluent-kafka, the group
+coordinated here, the data on Apache Kafka's broker."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.nodes import CoordinatorProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+N = 300
+
+
+def produce(bootstrap: str, topic: str, n: int, start: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    failures: list[Any] = []
+    for i in range(start, start + n):
+        producer.produce(
+            topic,
+            key=str(i).encode(),
+            value=f"record-{i}".encode(),
+            on_delivery=lambda err, _msg: failures.append(err) if err else None,
+        )
+    assert producer.flush(60) == 0, "records still unsent after 60 s"
+    assert failures == []
+
+
+def consumer(bootstrap: str, group: str, instance: str, **extra: Any) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.instance.id": instance,
+            "session.timeout.ms": 10_000,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **extra,
+        }
+    )
+
+
+def consume_all(
+    consumers: list[Consumer], topic: str, want: set[str], timeout: float = 90
+) -> dict[str, list[str]]:
+    """Poll every consumer in turn until `want` is read, committing what each read."""
+    seen: dict[str, list[str]] = {}
+    deadline = time.monotonic() + timeout
+    while not want.issubset(seen) and time.monotonic() < deadline:
+        for c in consumers:
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            seen.setdefault(msg.value().decode(), []).append(c.memberid())
+            c.commit(message=msg, asynchronous=False)
+    missing = want - set(seen)
+    assert not missing, f"{len(missing)} records never consumed, e.g. {sorted(missing)[:5]}"
+    return seen
+
+
+def admin_json(node: CoordinatorProcess, path: str) -> Any:
+    with urllib.request.urlopen(node.admin_url + path, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_a_static_group_consumes_every_record_through_the_gateway(
+    gateway_factory: Callable[..., CoordinatorProcess],
+    apache_kafka_broker: KafkaBroker,
+    topic: str,
+) -> None:
+    node = gateway_factory()
+    produce(node.bootstrap, topic, N)
+    group = f"{topic}-group"
+    consumers = [consumer(node.bootstrap, group, f"worker-{i}") for i in range(3)]
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        seen = consume_all(consumers, topic, {f"record-{i}" for i in range(N)})
+        assert len(seen) == N
+        committed = consumers[0].committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+        assert sum(tp.offset for tp in committed) == N  # every partition committed to its end
+    finally:
+        for c in consumers:
+            c.close()
+    # the group is ours: the node describes it, the upstream's coordinator never heard of it
+    described = admin_json(node, f"/groups/{group}")
+    assert described["state"] in ("Stable", "Empty", "PreparingRebalance", "CompletingRebalance")
+    upstream_groups = AdminClient({"bootstrap.servers": apache_kafka_broker.bootstrap})
+    listed = upstream_groups.list_consumer_groups(request_timeout=10).result()
+    assert group not in {g.group_id for g in listed.valid}
+    # the upstream's brokers at their gateway ports
+    cluster = admin_json(node, "/cluster")["upstream"]
+    assert cluster["reachable"] and cluster["unplaced_broker_ids"] == []
+    (broker,) = cluster["brokers"]
+    assert broker["gateway"] == f"127.0.0.1:{node.kafka_port + 1 + broker['node_id']}"
