@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps system-deps spark-classes run test test-setup lint typecheck migrate bench fuzz clean
+.PHONY: install deps system-deps spark-classes run kafka test test-setup lint typecheck migrate bench fuzz clean
 
 # the hot modules compiled with mypyc into .build/compiled (app/compiled.py); does nothing when
 # the build matches the sources, and the node runs them interpreted when it does not
@@ -35,6 +35,11 @@ run: export COORD_TOPICS ?= demo:6
 run: install
 	mkdir -p data
 	$(VENV)/bin/coordinator serve
+
+# Apache Kafka from Maven in the foreground on 127.0.0.1:19092 with topic demo: an upstream
+# for gateway mode by hand (COORD_UPSTREAM_BOOTSTRAP=127.0.0.1:19092 make run)
+kafka: deps
+	$(PY) -m tests.support.kafka_broker --port 19092 --topics demo:6
 
 migrate: install
 	$(VENV)/bin/coordinator migrate

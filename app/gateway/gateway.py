@@ -88,6 +88,15 @@ class Gateway:
 
         return place
 
+    def coordinators(self, listener: Listener) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of the live coordinator nodes on `listener`, with the ids
+        FindCoordinator gives them."""
+        return [
+            (self.ports.coordinator_id(b.node_id), b.host, b.port)
+            for b in (n.on(listener.name) for n in self.service.cluster().brokers)
+            if b is not None
+        ]
+
     def api_versions(self, version: int, request: Any) -> Any:
         return api_versions_answer(
             version, request, advertised(local_ranges(), self.cluster.versions)

@@ -183,13 +183,16 @@ class GatewayConnection(KafkaConnection):
         self._flow()
 
     def _rewrite(self, frame: bytes, relayed: Relayed) -> bytes:
-        place = self._gateway.placer(self._client_listener)
+        listener = self._client_listener
+        place = self._gateway.placer(listener)
         if relayed.route is Route.METADATA:
-            frame, body = rewrite.metadata(frame, relayed.version, place)
+            coordinators = self._gateway.coordinators(listener)
+            frame, body = rewrite.metadata(frame, relayed.version, place, coordinators)
             self._gateway.cluster.learn(body)
             return frame
         if relayed.route is Route.DESCRIBE_CLUSTER:
-            return rewrite.describe_cluster(frame, relayed.version, place)
+            coordinators = self._gateway.coordinators(listener)
+            return rewrite.describe_cluster(frame, relayed.version, place, coordinators)
         return rewrite.find_coordinator(frame, relayed.version, place)
 
     def upstream_writable(self, writable: bool) -> None:

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from kio.serial import entity_reader
 
-from app.kafka.codec import encode_body, frame_response, response_class, response_header_flexible
+from app.kafka.codec import (
+    build,
+    element_class,
+    encode_body,
+    frame_response,
+    response_class,
+    response_header_flexible,
+)
 from app.kafka.tagged import strip_unknown_tags
 
 _CORRELATION: Final = struct.Struct(">i")
@@ -41,26 +48,38 @@ def _decode(frame: bytes, api_key: int, version: int) -> tuple[int, bool, Any]:
     return correlation_id, flexible, body
 
 
-def _brokers(brokers: Any, place: Place) -> list[Any]:
+def _brokers(
+    cls: type[Any], brokers: Any, place: Place, coordinators: Sequence[tuple[int, str, int]]
+) -> tuple[Any, ...]:
     out = []
     for b in brokers:
         at = place(int(b.node_id))
         if at is not None:
             out.append(dataclasses.replace(b, host=at[0], port=at[1]))
-    return out
+    broker_cls = element_class(cls, "brokers")
+    out += [build(broker_cls, node_id=n, host=h, port=p, rack=None) for n, h, p in coordinators]
+    return tuple(out)
 
 
-def metadata(frame: bytes, version: int, place: Place) -> tuple[bytes, Any]:
+def metadata(
+    frame: bytes, version: int, place: Place, coordinators: Sequence[tuple[int, str, int]]
+) -> tuple[bytes, Any]:
     """The reply with each broker at its gateway address (brokers that cannot be placed are
-    left out: the node logged them), and the decoded body (the topic registry reads it)."""
+    left out: the node logged them) and the coordinator nodes beside them (a client drops a
+    broker that Metadata does not list, its group coordinator too: librdkafka then waits for
+    a coordinator for ever), and the decoded body (the topic registry reads it)."""
     correlation_id, flexible, body = _decode(frame, 3, version)
-    body = dataclasses.replace(body, brokers=tuple(_brokers(body.brokers, place)))
+    brokers = _brokers(type(body), body.brokers, place, coordinators)
+    body = dataclasses.replace(body, brokers=brokers)
     return frame_response(correlation_id, flexible, encode_body(body)), body
 
 
-def describe_cluster(frame: bytes, version: int, place: Place) -> bytes:
+def describe_cluster(
+    frame: bytes, version: int, place: Place, coordinators: Sequence[tuple[int, str, int]]
+) -> bytes:
     correlation_id, flexible, body = _decode(frame, 60, version)
-    body = dataclasses.replace(body, brokers=tuple(_brokers(body.brokers, place)))
+    brokers = _brokers(type(body), body.brokers, place, coordinators)
+    body = dataclasses.replace(body, brokers=brokers)
     return frame_response(correlation_id, flexible, encode_body(body))
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.support.kafka_broker import KafkaBroker
@@ -49,11 +49,32 @@ def consumer(bootstrap: str, group: str, instance: str, **extra: Any) -> Consume
     )
 
 
+def commit(c: Consumer, msg: Any, timeout: float = 30) -> None:
+    """A synchronous commit, retried while the client says the error is retriable (the
+    coordinator moving or restarting: what an application does too)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            c.commit(message=msg, asynchronous=False)
+            return
+        except KafkaException as e:
+            error = e.args[0]
+            waiting = error.code() in (KafkaError._WAIT_COORD, KafkaError._TRANSPORT)
+            if not (waiting or error.retriable()) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def consume_all(
-    consumers: list[Consumer], topic: str, want: set[str], timeout: float = 90
+    consumers: list[Consumer],
+    topic: str,
+    want: set[str],
+    timeout: float = 90,
+    seen: dict[str, list[str]] | None = None,
 ) -> dict[str, list[str]]:
-    """Poll every consumer in turn until `want` is read, committing what each read."""
-    seen: dict[str, list[str]] = {}
+    """Poll every consumer in turn until `want` is read (`seen`: what was read before),
+    committing what each read."""
+    seen = {} if seen is None else seen
     deadline = time.monotonic() + timeout
     while not want.issubset(seen) and time.monotonic() < deadline:
         for c in consumers:
@@ -62,7 +83,7 @@ def consume_all(
                 continue
             assert msg.error() is None, msg.error()
             seen.setdefault(msg.value().decode(), []).append(c.memberid())
-            c.commit(message=msg, asynchronous=False)
+            commit(c, msg)
     missing = want - set(seen)
     assert not missing, f"{len(missing)} records never consumed, e.g. {sorted(missing)[:5]}"
     return seen
@@ -103,3 +124,52 @@ def test_a_static_group_consumes_every_record_through_the_gateway(
     assert cluster["reachable"] and cluster["unplaced_broker_ids"] == []
     (broker,) = cluster["brokers"]
     assert broker["gateway"] == f"127.0.0.1:{node.kafka_port + 1 + broker['node_id']}"
+
+
+def consume_some(consumers: list[Consumer], n: int, seen: dict[str, list[str]]) -> None:
+    """Read (and commit) until `n` more records are read."""
+    target = len(seen) + n
+    deadline = time.monotonic() + 90
+    while len(seen) < target and time.monotonic() < deadline:
+        for c in consumers:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen.setdefault(msg.value().decode(), []).append(c.memberid())
+                commit(c, msg)
+    assert len(seen) >= target, f"only {len(seen)} of {target} records read"
+
+
+def test_the_group_resumes_at_its_commits_after_a_kill_9_of_the_gateway(
+    gateway_factory: Callable[..., CoordinatorProcess], topic: str
+) -> None:
+    node = gateway_factory()
+    produce(node.bootstrap, topic, N)
+    group = f"{topic}-group"
+    consumers = [consumer(node.bootstrap, group, f"worker-{i}") for i in range(3)]
+    seen: dict[str, list[str]] = {}
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        consume_some(consumers, N // 2, seen)
+        committed_before = {
+            tp.partition: tp.offset
+            for tp in consumers[0].committed(
+                [TopicPartition(topic, p) for p in range(3)], timeout=10
+            )
+        }
+        node.kill()
+        node.start()  # same database, same ports
+        produce(node.bootstrap, topic, N, start=N)  # and more records meanwhile
+        consume_all(consumers, topic, {f"record-{i}" for i in range(2 * N)}, seen=seen)
+        committed_after = {
+            tp.partition: tp.offset
+            for tp in consumers[0].committed(
+                [TopicPartition(topic, p) for p in range(3)], timeout=10
+            )
+        }
+    finally:
+        for c in consumers:
+            c.close()
+    # no record skipped (consume_all checked every one), no commit went back
+    assert all(committed_after[p] >= committed_before[p] for p in range(3))
+    assert sum(committed_after.values()) == 2 * N

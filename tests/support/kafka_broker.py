@@ -82,10 +82,12 @@ class KafkaBroker:
     """One Apache Kafka KRaft node on 127.0.0.1; `start()` formats its log dir and waits until
     it answers Metadata with itself as a live broker."""
 
-    def __init__(self, workdir: Path, *, initial_rebalance_delay_ms: int = 300) -> None:
+    def __init__(
+        self, workdir: Path, *, initial_rebalance_delay_ms: int = 300, port: int | None = None
+    ) -> None:
         self.workdir = workdir
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port = port or free_port()
+        self.controller_port = port + 1 if port else free_port()
         self.log_dir = workdir / "kraft-log"
         self.log_path = workdir / "kafka-broker.log"
         self.config_path = workdir / "server.properties"
@@ -253,3 +255,37 @@ def wait_for_coordinator(address: tuple[str, int], timeout: float = 60.0) -> Non
     import asyncio
 
     asyncio.run(warm_up(address, timeout))
+
+
+def main() -> None:
+    """`make kafka`: one Apache Kafka broker in the foreground (gateway mode's upstream, by
+    hand), its log under ./data/kafka, the topics asked for created; Ctrl-C stops it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.support.kafka_broker")
+    parser.add_argument("--port", type=int, default=19092)
+    parser.add_argument("--topics", default="demo:6", help="name:partitions,…")
+    parser.add_argument("--dir", type=Path, default=ROOT / "data" / "kafka")
+    args = parser.parse_args()
+    shutil.rmtree(args.dir, ignore_errors=True)
+    broker = KafkaBroker(args.dir, port=args.port)
+    broker.start()
+    try:
+        for item in filter(None, args.topics.split(",")):
+            name, _, n = item.rpartition(":")
+            broker.create_topic(name, int(n))
+        print(
+            f"Apache Kafka {KAFKA_VERSION} on {broker.bootstrap} (controller on "
+            f"{broker.controller_port}), topics {args.topics}; log {broker.log_path}; Ctrl-C stops",
+            flush=True,
+        )
+        assert broker.proc is not None
+        broker.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
