@@ -13,7 +13,7 @@ import functools
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -25,7 +25,6 @@ from app.gateway.routes import advertised
 from app.gateway.upstream import UpstreamConfig
 from app.kafka.apis import api_versions_answer, local_ranges
 from app.kafka.connection import FramedConnection
-from app.kafka.dispatch import Listening
 from app.kafka.limits import ServerLimits
 from app.kafka.server import KafkaServer
 from app.security.listeners import Listener
@@ -33,10 +32,6 @@ from app.security.manager import SecurityManager
 from app.service import CoordinatorService
 
 log = logging.getLogger("app.gateway")
-
-
-class GatewayListening(Listening, Protocol):
-    gateway: Gateway
 
 
 class Gateway:

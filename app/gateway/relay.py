@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from app.gateway import rewrite
 from app.gateway.routes import (
@@ -35,17 +35,44 @@ from app.gateway.routes import (
 )
 from app.gateway.upstream import UpstreamLink, open_link
 from app.kafka.connection import SIZE, ReplySlot
-from app.kafka.dispatch import KafkaConnection
+from app.kafka.dispatch import KafkaConnection, Listening
 from app.kafka.gate import REQUEST_PREFIX
 from app.security.listeners import Listener
 from membership.wire import AuthenticationFailed, ConnectionLost
 
 if TYPE_CHECKING:
-    from app.gateway.gateway import Gateway, GatewayListening
+    from collections.abc import Callable
+
+    from app.gateway.cluster import UpstreamCluster
+    from app.gateway.metrics import GatewayMetrics
+    from app.gateway.upstream import UpstreamConfig
 
 log = logging.getLogger("app.gateway")
 _unpack_prefix: Final = REQUEST_PREFIX.unpack_from
 _CORRELATION: Final = SIZE.unpack_from
+
+
+class Hub(Protocol):
+    """What every relaying connection shares (app/gateway/gateway.py Gateway)."""
+
+    config: UpstreamConfig
+    cluster: UpstreamCluster
+    metrics: GatewayMetrics
+
+    def upstream_address(self, broker_id: int | None) -> tuple[str, int] | None: ...
+
+    def placer(self, listener: Listener) -> Callable[[int], tuple[str, int] | None]: ...
+
+    def coordinators(self, listener: Listener) -> list[tuple[int, str, int]]: ...
+
+    def api_versions(self, version: int, request: Any) -> Any: ...
+
+
+class GatewayListening(Listening, Protocol):
+    """The listener a relaying connection belongs to (GatewayServer)."""
+
+    @property
+    def gateway(self) -> Hub: ...
 
 
 @dataclass(slots=True)
@@ -62,7 +89,7 @@ class Relayed:
 class GatewayConnection(KafkaConnection):
     def __init__(self, server: GatewayListening, listener: Listener, broker_id: int | None) -> None:
         super().__init__(server, listener)
-        self._gateway: Gateway = server.gateway
+        self._gateway = server.gateway
         self._client_listener = listener
         self.broker_id = broker_id  # None: the bootstrap port, any broker
         self._link: UpstreamLink | None = None

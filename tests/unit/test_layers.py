@@ -225,6 +225,16 @@ RULES = [
         ("app.runtime", "storage"),
         "the wire edge reaches the groups only through app.service",
     ),
+    Rule(
+        "app.gateway",
+        ("app.runtime", "storage"),
+        "the gateway is an edge like app.kafka: it reaches the groups through app.service",
+    ),
+    Rule(
+        "app.kafka",
+        ("app.gateway",),
+        "the wire edge's rooms serve a relay without knowing it (design.md §9.1)",
+    ),
     Rule("api", ("cli", "pipeline"), "the admin API stands beside the CLI and the audit"),
     Rule(
         "pipeline",
