@@ -12,7 +12,6 @@ gateway. The metadata connection (app/gateway/cluster.py) is the SDK's client co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import struct
 from collections import deque
@@ -245,6 +244,7 @@ async def open_link(
     AuthenticationFailed (with the reason) when it cannot be made within the timeout."""
     loop = asyncio.get_running_loop()
     host, port = address
+    link: UpstreamLink | None = None
     try:
         async with asyncio.timeout(config.timeout_s):
             _, link = await loop.create_connection(
@@ -258,11 +258,11 @@ async def open_link(
             if sasl is not None:
                 await link.authenticate(*sasl, timeout=config.timeout_s)
     except (OSError, TimeoutError, ssl.SSLError) as e:
-        with contextlib.suppress(UnboundLocalError):
+        if link is not None:
             link.close()
         raise ConnectionLost(f"cannot reach upstream broker {host}:{port}: {e}") from e
     except BaseException:
-        with contextlib.suppress(UnboundLocalError):
+        if link is not None:
             link.close()
         raise
     return link

@@ -167,10 +167,15 @@ _settled: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
 
 async def join_all(*joins: Awaitable[Any], stagger: float = 0.1) -> list[Any]:
     """Start the joins in order (the first to arrive leads, on both clusters): each starts
-    `stagger` after the one before sent its waiting JoinGroup, so a MEMBER_ID_REQUIRED round
-    trip slowed by a loaded machine cannot reorder them."""
+    `stagger` after the one before sent its waiting JoinGroup (a `join`; any other awaitable,
+    `stagger` after it started), so a MEMBER_ID_REQUIRED round trip slowed by a loaded machine
+    cannot reorder them."""
     tasks = []
     for j in joins:
+        if getattr(j, "cr_code", None) is not join.__code__:  # not a `join`: nothing to wait for
+            tasks.append(asyncio.ensure_future(j))
+            await asyncio.sleep(stagger)
+            continue
         settled = asyncio.Event()
         token = _settled.set(settled)
         try:
