@@ -36,8 +36,9 @@ GROUP: Final = "app_compiled"
 
 # the request path of a rebalance, a heartbeat and a commit: the core (app/group), the wire
 # edge (app/kafka), the gateway's relay (app/gateway: its connection subclasses the edge's, and
-# an interpreted class cannot inherit from a compiled one) and the runtime's routing. Not app/group/immutable.py: its decorator is a
-# `dataclass_transform`, which cannot mark a compiled function.
+# an interpreted class cannot inherit from a compiled one) and the runtime's routing. Not
+# app/group/immutable.py: its decorator is a `dataclass_transform`, which cannot mark a
+# compiled function.
 _PACKAGES: Final = ("app/group", "app/kafka", "app/gateway")
 _RUNTIME: Final = ("app/runtime/runtime.py", "app/runtime/placement.py", "app/runtime/metrics.py")
 _NOT_COMPILED: Final = frozenset({"__init__.py", "immutable.py"})
