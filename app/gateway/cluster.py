@@ -54,7 +54,6 @@ class UpstreamCluster:
         self.refreshes = 0
         self._conn: Connection | None = None
         self._wanted = asyncio.Event()
-        self._refreshed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._next_bootstrap = itertools.cycle(range(len(config.bootstrap)))
 
@@ -76,21 +75,9 @@ class UpstreamCluster:
     def request_refresh(self) -> None:
         self._wanted.set()
 
-    async def wait_refreshed(self, timeout: float) -> bool:
-        """Wait for the next refresh to end (success or not); False on timeout."""
-        self._refreshed.clear()
-        self.request_refresh()
-        try:
-            async with asyncio.timeout(timeout):
-                await self._refreshed.wait()
-        except TimeoutError:
-            return False
-        return True
-
     async def _run(self) -> None:
         while True:
             await self.refresh()
-            self._refreshed.set()
             self._wanted.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.refresh_s if self.problem is None else 1.0):
@@ -145,9 +132,9 @@ class UpstreamCluster:
         if shown != self.problem:
             log.error("%s", shown)
         self.problem = shown
-        if self._conn is not None:
-            self._conn.closed or asyncio.get_running_loop().create_task(self._conn.close())
-            self._conn = None
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            asyncio.get_running_loop().create_task(conn.close())
 
     @property
     def bootstrap_text(self) -> str:

@@ -29,7 +29,7 @@ from app.kafka.limits import ServerLimits
 from app.kafka.server import KafkaServer
 from app.security.listeners import Listener
 from app.security.manager import SecurityManager
-from app.service import CoordinatorService
+from app.service import Broker, CoordinatorService
 
 log = logging.getLogger("app.gateway")
 
@@ -51,10 +51,6 @@ class Gateway:
         self.metrics = GatewayMetrics(registry)
         self._bootstrap_turn = 0
 
-    @property
-    def context(self) -> ssl.SSLContext | None:
-        return self.cluster.context
-
     def upstream_address(self, broker_id: int | None) -> tuple[str, int] | None:
         """Where a connection to `broker_id`'s port relays; the bootstrap port (None) takes
         the known brokers in turn, else the first bootstrap address."""
@@ -67,10 +63,23 @@ class Gateway:
             return brokers[ids[self._bootstrap_turn % len(ids)]]
         return self.config.bootstrap[0]
 
+    def _gateways(self, listener: Listener) -> list[Broker]:
+        """The live nodes as clients of `listener` reach them."""
+        return [b for b in (n.on(listener.name) for n in self.service.cluster().brokers) if b]
+
     def placer(self, listener: Listener) -> Callable[[int], tuple[str, int] | None]:
         """broker id -> its address at the gateway for a client of `listener`: on the live
         node the broker is spread to, at that node's port for it."""
-        gateways = [b for b in (n.on(listener.name) for n in self.service.cluster().brokers) if b]
+        return self._place(self._gateways(listener))
+
+    def addresses(
+        self, listener: Listener
+    ) -> tuple[Callable[[int], tuple[str, int] | None], list[tuple[int, str, int]]]:
+        """`placer` and `coordinators` of one reading of the live nodes (a Metadata reply)."""
+        gateways = self._gateways(listener)
+        return self._place(gateways), self._coordinators(gateways)
+
+    def _place(self, gateways: list[Broker]) -> Callable[[int], tuple[str, int] | None]:
         ports = self.ports
 
         def place(broker_id: int) -> tuple[str, int] | None:
@@ -83,14 +92,10 @@ class Gateway:
 
         return place
 
-    def coordinators(self, listener: Listener) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of the live coordinator nodes on `listener`, with the ids
-        FindCoordinator gives them."""
-        return [
-            (self.ports.coordinator_id(b.node_id), b.host, b.port)
-            for b in (n.on(listener.name) for n in self.service.cluster().brokers)
-            if b is not None
-        ]
+    def _coordinators(self, gateways: list[Broker]) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of the live coordinator nodes, with the ids FindCoordinator
+        gives them."""
+        return [(self.ports.coordinator_id(b.node_id), b.host, b.port) for b in gateways]
 
     def api_versions(self, version: int, request: Any) -> Any:
         return api_versions_answer(

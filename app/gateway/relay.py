@@ -61,9 +61,9 @@ class Hub(Protocol):
 
     def upstream_address(self, broker_id: int | None) -> tuple[str, int] | None: ...
 
-    def placer(self, listener: Listener) -> Callable[[int], tuple[str, int] | None]: ...
-
-    def coordinators(self, listener: Listener) -> list[tuple[int, str, int]]: ...
+    def addresses(
+        self, listener: Listener
+    ) -> tuple[Callable[[int], tuple[str, int] | None], list[tuple[int, str, int]]]: ...
 
     def api_versions(self, version: int, request: Any) -> Any: ...
 
@@ -210,15 +210,12 @@ class GatewayConnection(KafkaConnection):
         self._flow()
 
     def _rewrite(self, frame: bytes, relayed: Relayed) -> bytes:
-        listener = self._client_listener
-        place = self._gateway.placer(listener)
+        place, coordinators = self._gateway.addresses(self._client_listener)
         if relayed.route is Route.METADATA:
-            coordinators = self._gateway.coordinators(listener)
             frame, body = rewrite.metadata(frame, relayed.version, place, coordinators)
             self._gateway.cluster.learn(body)
             return frame
         if relayed.route is Route.DESCRIBE_CLUSTER:
-            coordinators = self._gateway.coordinators(listener)
             return rewrite.describe_cluster(frame, relayed.version, place, coordinators)
         return rewrite.find_coordinator(frame, relayed.version, place)
 

@@ -163,18 +163,22 @@ def body_offset(frame: bytes, flexible: bool) -> int:
     return pos
 
 
+def _skip_string(frame: bytes, pos: int, flexible: bool, api: str) -> int:
+    """Past a nullable string at `pos`: compact (flexible versions) or int16-sized."""
+    if flexible:
+        n, pos = _uvarint(frame, pos)
+        return pos + max(n - 1, 0)
+    if pos + 2 > len(frame):
+        raise Malformed(f"{api} body truncated")
+    (n,) = _INT16.unpack_from(frame, pos)
+    return pos + 2 + max(int(n), 0)
+
+
 def produce_acks(frame: bytes, version: int) -> int:
     """The acks of a Produce request (0: the broker sends no reply)."""
     flexible = version >= 9
     pos = body_offset(frame, flexible)
-    if flexible:  # transactional_id: compact nullable string
-        n, pos = _uvarint(frame, pos)
-        pos += max(n - 1, 0)
-    else:
-        if pos + 2 > len(frame):
-            raise Malformed("Produce body truncated")
-        (n,) = _INT16.unpack_from(frame, pos)
-        pos += 2 + max(n, 0)
+    pos = _skip_string(frame, pos, flexible, "Produce")  # transactional_id
     if pos + 2 > len(frame):
         raise Malformed("Produce body truncated")
     return int(_INT16.unpack_from(frame, pos)[0])
@@ -188,14 +192,7 @@ def find_coordinator_key_type(frame: bytes, version: int) -> int:
     flexible = version >= 3
     pos = body_offset(frame, flexible)
     if version < 4:
-        if flexible:
-            n, pos = _uvarint(frame, pos)
-            pos += max(n - 1, 0)
-        else:
-            if pos + 2 > len(frame):
-                raise Malformed("FindCoordinator body truncated")
-            (n,) = _INT16.unpack_from(frame, pos)
-            pos += 2 + max(n, 0)
+        pos = _skip_string(frame, pos, flexible, "FindCoordinator")  # the key
     if pos + 1 > len(frame):
         raise Malformed("FindCoordinator body truncated")
     return frame[pos]
