@@ -50,7 +50,7 @@ class TopicPatch(BaseModel):
 
 # ==== ACLs (Kafka's AclBinding and AclBindingFilter, by name) =================================
 
-ResourceTypeName = Literal["GROUP", "TOPIC", "CLUSTER"]
+ResourceTypeName = Literal["GROUP", "TOPIC", "CLUSTER", "TRANSACTIONAL_ID"]
 PatternTypeName = Literal["LITERAL", "PREFIXED"]
 OperationName = Literal[
     "ALL",
@@ -93,7 +93,7 @@ class AclFilterIn(BaseModel):
     """Which bindings to list or delete: every field left out (or ANY) matches every value;
     pattern_type MATCH finds the bindings that apply to `resource_name`."""
 
-    resource_type: Literal["ANY", "GROUP", "TOPIC", "CLUSTER"] = "ANY"
+    resource_type: Literal["ANY", "GROUP", "TOPIC", "CLUSTER", "TRANSACTIONAL_ID"] = "ANY"
     resource_name: str | None = Field(default=None, max_length=1024)
     pattern_type: Literal["ANY", "MATCH", "LITERAL", "PREFIXED"] = "ANY"
     principal: str | None = Field(default=None, max_length=1024)

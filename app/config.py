@@ -172,12 +172,6 @@ class Settings(BaseSettings):
                     f"COORD_UPSTREAM_SECURITY_PROTOCOL={self.upstream_security_protocol} needs "
                     "COORD_UPSTREAM_SASL_USERNAME and COORD_UPSTREAM_SASL_PASSWORD"
                 )
-            if self.authorizer == "acl":
-                raise ValueError(
-                    "gateway mode (COORD_UPSTREAM_BOOTSTRAP) does not authorize relayed requests "
-                    "against the ACLs yet: run it with COORD_AUTHORIZER=none, and let the "
-                    "upstream's own ACLs guard its topics"
-                )
         return self
 
     @property

@@ -30,6 +30,7 @@ from rich.table import Table
 from app.config import read_setting
 from app.security.acl import (
     CLUSTER_NAME,
+    SUPPORTED,
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -293,7 +294,7 @@ def parse_enum(kind: type[E], option: str, value: str, allowed: Sequence[E]) -> 
 
 
 _OPERATIONS = [op for op in AclOperation if op not in (AclOperation.UNKNOWN, AclOperation.ANY)]
-_RESOURCE_TYPES = [ResourceType.GROUP, ResourceType.TOPIC, ResourceType.CLUSTER]
+_RESOURCE_TYPES = list(SUPPORTED)
 
 Principal = Annotated[
     str | None, typer.Option(help="User:NAME (User:* for everyone)", show_default=False)
@@ -303,7 +304,10 @@ Operation = Annotated[
     typer.Option(help="READ, DESCRIBE, DELETE, ALL, … (Kafka's AclOperation)", show_default=False),
 ]
 RType = Annotated[
-    str | None, typer.Option("--resource-type", help="GROUP, TOPIC or CLUSTER", show_default=False)
+    str | None,
+    typer.Option(
+        "--resource-type", help="GROUP, TOPIC, CLUSTER or TRANSACTIONAL_ID", show_default=False
+    ),
 ]
 RName = Annotated[
     str | None,
@@ -362,7 +366,9 @@ def _audit_acl(action: str, b: AclBinding) -> None:
 def acls_add(
     principal: Annotated[str, typer.Option(help="User:NAME (User:* for everyone)")],
     operation: Annotated[str, typer.Option(help="READ, DESCRIBE, DELETE, ALL, …")],
-    resource_type: Annotated[str, typer.Option("--resource-type", help="GROUP, TOPIC or CLUSTER")],
+    resource_type: Annotated[
+        str, typer.Option("--resource-type", help="GROUP, TOPIC, CLUSTER or TRANSACTIONAL_ID")
+    ],
     resource_name: RName = None,
     pattern: Annotated[
         str, typer.Option("--pattern", "--pattern-type", help="LITERAL or PREFIXED")

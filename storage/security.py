@@ -90,6 +90,8 @@ SUPPORTED: Final[dict[ResourceType, frozenset[AclOperation]]] = {
             Op.DESCRIBE,
         }
     ),
+    # a transactional producer's id (the gateway checks it on relayed transaction requests)
+    ResourceType.TRANSACTIONAL_ID: frozenset({Op.DESCRIBE, Op.WRITE}),
 }
 
 
@@ -106,7 +108,8 @@ class AclBinding:
     def check(self) -> str | None:
         """Why the binding cannot be stored (Kafka's InvalidRequest), None when it can."""
         if self.resource_type not in SUPPORTED:
-            return f"resource type {self.resource_type.name} is not one of GROUP, TOPIC, CLUSTER"
+            kinds = ", ".join(t.name for t in SUPPORTED)
+            return f"resource type {self.resource_type.name} is not one of {kinds}"
         if self.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
             return "pattern type must be LITERAL or PREFIXED"
         if self.operation in (Op.ANY, Op.UNKNOWN) or (

@@ -390,12 +390,21 @@ class AdminService:
     def topics(self) -> dict[str, int]:
         return dict(sorted(self.node.topics.items()))
 
+    def _upstream_topics(self) -> None:
+        if self.node.settings.gateway:
+            raise Conflict(
+                "in gateway mode the topics are the upstream's (COORD_UPSTREAM_BOOTSTRAP): "
+                "create or grow them there, e.g. with kafka-topics through the gateway"
+            )
+
     async def create_topic(self, name: str, partitions: int) -> dict[str, int]:
+        self._upstream_topics()
         if name in self.node.topics:
             raise Conflict(f"topic {name!r} already exists")
         return await self._put_topic(name, partitions)
 
     async def grow_topic(self, name: str, partitions: int) -> dict[str, int]:
+        self._upstream_topics()
         current = self.node.topics.get(name)
         if current is None:
             raise NotFound(f"topic {name!r} does not exist")

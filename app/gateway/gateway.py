@@ -18,6 +18,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from app.gateway.addresses import BrokerPorts, spread
+from app.gateway.authorize import AUTHORIZED
+from app.gateway.authorize import CAPS as CHECK_CAPS
 from app.gateway.cluster import UpstreamCluster
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.relay import GatewayConnection
@@ -97,10 +99,14 @@ class Gateway:
         gives them."""
         return [(self.ports.coordinator_id(b.node_id), b.host, b.port) for b in gateways]
 
-    def api_versions(self, version: int, request: Any) -> Any:
-        return api_versions_answer(
-            version, request, advertised(local_ranges(), self.cluster.versions)
-        )
+    def api_versions(self, version: int, request: Any, authorized: bool) -> Any:
+        """ApiVersions through the gateway; `authorized` (our ACLs on): only the relayed APIs
+        whose requests the gateway checks (app/gateway/authorize.py)."""
+        if authorized:
+            ranges = advertised(local_ranges(), self.cluster.versions, AUTHORIZED, CHECK_CAPS)
+        else:
+            ranges = advertised(local_ranges(), self.cluster.versions)
+        return api_versions_answer(version, request, ranges)
 
     def status(self, listeners: list[Listener]) -> dict[str, Any]:
         """What /cluster and /readyz say of the upstream, with each broker's gateway

@@ -1,4 +1,5 @@
-"""The gateway's Prometheus metrics: relayed requests and bytes per API, upstream errors.
+"""The gateway's Prometheus metrics: relayed requests and bytes per API, requests our ACLs
+kept from the upstream, upstream errors.
 
 Plain counters bumped per request and read at scrape time (as the node's request counter:
 a prometheus-client child's inc() takes a lock on the hot path)."""
@@ -19,6 +20,7 @@ class GatewayMetrics:
         self.requests: dict[int, int] = {}
         self.request_bytes: dict[int, int] = {}
         self.reply_bytes: dict[int, int] = {}
+        self.denied: dict[int, int] = {}
         self.upstream_errors = 0
         if registry is not None:
             registry.register(_Collector(self))
@@ -29,6 +31,9 @@ class GatewayMetrics:
 
     def replied(self, api_key: int, size: int) -> None:
         self.reply_bytes[api_key] = self.reply_bytes.get(api_key, 0) + size
+
+    def refused(self, api_key: int) -> None:
+        self.denied[api_key] = self.denied.get(api_key, 0) + 1
 
     def upstream_error(self) -> None:
         self.upstream_errors += 1
@@ -48,6 +53,11 @@ class _Collector(Collector):
                 m.request_bytes,
             ),
             ("coordinator_gateway_reply_bytes", "reply bytes relayed back", m.reply_bytes),
+            (
+                "coordinator_gateway_denied_requests",
+                "requests answered here because our ACLs denied every resource they name",
+                m.denied,
+            ),
         ):
             family = CounterMetricFamily(name, doc, labels=["api"])
             for key, value in sorted(dict(values).items()):

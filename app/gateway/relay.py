@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from app.gateway import rewrite
+from app.gateway import authorize, rewrite
 from app.gateway.routes import (
     PRODUCE,
     Malformed,
@@ -65,7 +65,7 @@ class Hub(Protocol):
         self, listener: Listener
     ) -> tuple[Callable[[int], tuple[str, int] | None], list[tuple[int, str, int]]]: ...
 
-    def api_versions(self, version: int, request: Any) -> Any: ...
+    def api_versions(self, version: int, request: Any, authorized: bool) -> Any: ...
 
 
 class GatewayListening(Listening, Protocol):
@@ -84,6 +84,7 @@ class Relayed:
     version: int
     correlation_id: int
     route: Route
+    edit: authorize.Edit | None = None  # the denied resources' answers, joined to the reply
 
 
 class GatewayConnection(KafkaConnection):
@@ -111,7 +112,9 @@ class GatewayConnection(KafkaConnection):
                 self._api_versions(frame, version, correlation_id)
             elif how is Route.FIND_COORDINATOR and find_coordinator_key_type(frame, version) == 0:
                 super().on_request(frame)  # a group's coordinator: ours
-            elif how is None:
+            elif how is None or (
+                self._authorizer is not None and api_key not in authorize.AUTHORIZED
+            ):
                 self.abort(f"{api_name(api_key)} (key {api_key}) is not served through the gateway")
             else:
                 self._relay(frame, api_key, version, correlation_id, how)
@@ -128,15 +131,27 @@ class GatewayConnection(KafkaConnection):
         except Exception as exc:
             self.abort(f"undecodable ApiVersions v{version} request: {exc!r}")
             return
-        self._emit(entry.frame(correlation_id, self._gateway.api_versions(version, body)))
+        answer = self._gateway.api_versions(version, body, self._authorizer is not None)
+        self._emit(entry.frame(correlation_id, answer))
 
     # --- relaying ----------------------------------------------------------------------------
 
     def _relay(
         self, frame: bytes, api_key: int, version: int, correlation_id: int, how: Route
     ) -> None:
+        edit = None
+        if self._authorizer is not None:
+            verdict = self._authorize(frame, api_key, version)
+            if verdict is not None:
+                if verdict.frame is None:  # nothing of it may go upstream
+                    self._gateway.metrics.refused(api_key)
+                    if verdict.reply is not None:
+                        self._emit(verdict.reply)
+                    return
+                frame, edit = verdict.frame, verdict.edit
         if api_key != PRODUCE or produce_acks(frame, version) != 0:
-            self._relayed.append(Relayed(self.reserve(), api_key, version, correlation_id, how))
+            slot = self.reserve()
+            self._relayed.append(Relayed(slot, api_key, version, correlation_id, how, edit))
         self._gateway.metrics.relayed(api_key, len(frame) + 4)
         size = SIZE.pack(len(frame))
         link = self._link
@@ -148,6 +163,19 @@ class GatewayConnection(KafkaConnection):
         self._flow()
         if self._opening is None:
             self._opening = self._loop_or_raise().create_task(self._open(), name="upstream-link")
+
+    def _authorize(self, frame: bytes, api_key: int, version: int) -> authorize.Verdict | None:
+        assert self._authorizer is not None
+        caller = authorize.Caller(
+            self._authorizer, self.principal, self.ip, self._gateway.cluster.topic_names
+        )
+        try:
+            return authorize.check(frame, api_key, version, caller)
+        except Malformed:
+            raise
+        except Exception as e:  # a request kio reads but no check expected: refused, not relayed
+            log.exception("checking a %s v%d request failed", api_name(api_key), version)
+            raise Malformed(f"the request could not be checked ({e!r})") from None
 
     def _loop_or_raise(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None
@@ -196,7 +224,7 @@ class GatewayConnection(KafkaConnection):
                 f"upstream reply {correlation_id} where {relayed.correlation_id} was expected"
             )
             return
-        if relayed.route is not Route.RELAY:
+        if relayed.route is not Route.RELAY or relayed.edit is not None:
             try:
                 frame = self._rewrite(frame, relayed)
             except Exception:
@@ -210,14 +238,21 @@ class GatewayConnection(KafkaConnection):
         self._flow()
 
     def _rewrite(self, frame: bytes, relayed: Relayed) -> bytes:
-        place, coordinators = self._gateway.addresses(self._client_listener)
-        if relayed.route is Route.METADATA:
-            frame, body = rewrite.metadata(frame, relayed.version, place, coordinators)
-            self._gateway.cluster.learn(body)
-            return frame
-        if relayed.route is Route.DESCRIBE_CLUSTER:
-            return rewrite.describe_cluster(frame, relayed.version, place, coordinators)
-        return rewrite.find_coordinator(frame, relayed.version, place)
+        """The reply with the brokers it names at their gateway addresses, and the answers of
+        what our ACLs kept from the upstream (app/gateway/authorize.py)."""
+        correlation_id, flexible, body = rewrite.decode(frame, relayed.api_key, relayed.version)
+        how = relayed.route
+        if how is Route.METADATA:
+            self._gateway.cluster.learn(body)  # every topic, before the principal's filter
+        if relayed.edit is not None:
+            body = relayed.edit(body)
+        if how is not Route.RELAY:
+            place, coordinators = self._gateway.addresses(self._client_listener)
+            if how is Route.FIND_COORDINATOR:
+                body = rewrite.find_coordinator(body, relayed.version, place)
+            else:
+                body = rewrite.brokers(body, place, coordinators)
+        return rewrite.encode(correlation_id, flexible, body)
 
     def upstream_writable(self, writable: bool) -> None:
         self._link_full = not writable

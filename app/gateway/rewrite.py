@@ -32,7 +32,7 @@ _CORRELATION: Final = struct.Struct(">i")
 Place = Callable[[int], tuple[str, int] | None]
 
 
-def _decode(frame: bytes, api_key: int, version: int) -> tuple[int, bool, Any]:
+def decode(frame: bytes, api_key: int, version: int) -> tuple[int, bool, Any]:
     """(correlation id, flexible header, body) of a reply frame (size prefix included)."""
     cls = response_class(api_key, version)
     flexible = response_header_flexible(cls)
@@ -48,6 +48,10 @@ def _decode(frame: bytes, api_key: int, version: int) -> tuple[int, bool, Any]:
     return correlation_id, flexible, body
 
 
+def encode(correlation_id: int, flexible: bool, body: Any) -> bytes:
+    return frame_response(correlation_id, flexible, encode_body(body))
+
+
 def _brokers(
     cls: type[Any], brokers: Any, place: Place, coordinators: Sequence[tuple[int, str, int]]
 ) -> tuple[Any, ...]:
@@ -61,32 +65,19 @@ def _brokers(
     return tuple(out)
 
 
-def metadata(
-    frame: bytes, version: int, place: Place, coordinators: Sequence[tuple[int, str, int]]
-) -> tuple[bytes, Any]:
-    """The reply with each broker at its gateway address (brokers that cannot be placed are
-    left out: the node logged them) and the coordinator nodes beside them (a client drops a
-    broker that Metadata does not list, its group coordinator too: librdkafka then waits for
-    a coordinator for ever), and the decoded body (the topic registry reads it)."""
-    correlation_id, flexible, body = _decode(frame, 3, version)
-    brokers = _brokers(type(body), body.brokers, place, coordinators)
-    body = dataclasses.replace(body, brokers=brokers)
-    return frame_response(correlation_id, flexible, encode_body(body)), body
+def brokers(body: Any, place: Place, coordinators: Sequence[tuple[int, str, int]]) -> Any:
+    """A Metadata or DescribeCluster reply with each broker at its gateway address (brokers
+    that cannot be placed are left out: the node logged them) and the coordinator nodes beside
+    them (a client drops a broker that Metadata does not list, its group coordinator too:
+    librdkafka then waits for a coordinator for ever)."""
+    return dataclasses.replace(
+        body, brokers=_brokers(type(body), body.brokers, place, coordinators)
+    )
 
 
-def describe_cluster(
-    frame: bytes, version: int, place: Place, coordinators: Sequence[tuple[int, str, int]]
-) -> bytes:
-    correlation_id, flexible, body = _decode(frame, 60, version)
-    brokers = _brokers(type(body), body.brokers, place, coordinators)
-    body = dataclasses.replace(body, brokers=brokers)
-    return frame_response(correlation_id, flexible, encode_body(body))
-
-
-def find_coordinator(frame: bytes, version: int, place: Place) -> bytes:
+def find_coordinator(body: Any, version: int, place: Place) -> Any:
     """A transaction coordinator's address at the gateway; one that cannot be placed is
     COORDINATOR_NOT_AVAILABLE (15), which clients retry."""
-    correlation_id, flexible, body = _decode(frame, 10, version)
 
     def moved(entry: Any) -> Any:
         if int(entry.error_code) != 0:
@@ -99,7 +90,5 @@ def find_coordinator(frame: bytes, version: int, place: Place) -> bytes:
         return dataclasses.replace(entry, host=at[0], port=at[1])
 
     if version >= 4:
-        body = dataclasses.replace(body, coordinators=tuple(moved(c) for c in body.coordinators))
-    else:
-        body = moved(body)
-    return frame_response(correlation_id, flexible, encode_body(body))
+        return dataclasses.replace(body, coordinators=tuple(moved(c) for c in body.coordinators))
+    return moved(body)

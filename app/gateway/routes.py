@@ -105,10 +105,14 @@ def route(api_key: int) -> Route | None:
 
 
 def advertised(
-    local: Mapping[int, tuple[int, int]], upstream: Mapping[int, tuple[int, int]]
+    local: Mapping[int, tuple[int, int]],
+    upstream: Mapping[int, tuple[int, int]],
+    relayable: frozenset[int] | None = None,
+    caps: Mapping[int, int] | None = None,
 ) -> dict[int, tuple[int, int]]:
     """ApiVersions through the gateway: ours for what we answer, FindCoordinator at the
-    versions both sides speak, the upstream's (capped) for what is relayed."""
+    versions both sides speak, the upstream's (capped) for what is relayed; with `relayable`
+    (the authorizer on), only those relayed APIs, below their `caps`."""
     out: dict[int, tuple[int, int]] = {}
     for key, (lo, hi) in local.items():
         if route(key) in (Route.LOCAL, Route.API_VERSIONS):
@@ -117,7 +121,9 @@ def advertised(
         r = route(key)
         if r is None or r in (Route.LOCAL, Route.API_VERSIONS):
             continue
-        hi = min(hi, CAPS.get(key, hi))
+        if relayable is not None and key not in relayable:
+            continue
+        hi = min(hi, CAPS.get(key, hi), (caps or {}).get(key, hi))
         if r is Route.FIND_COORDINATOR and key in local:
             lo, hi = max(lo, local[key][0]), min(hi, local[key][1])
         if lo <= hi:
@@ -131,6 +137,7 @@ class Malformed(ValueError):
 
 _HEADER: Final = struct.Struct(">hhih")
 _INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
 
 
 def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
@@ -172,6 +179,75 @@ def _skip_string(frame: bytes, pos: int, flexible: bool, api: str) -> int:
         raise Malformed(f"{api} body truncated")
     (n,) = _INT16.unpack_from(frame, pos)
     return pos + 2 + max(int(n), 0)
+
+
+def _string(frame: bytes, pos: int, flexible: bool) -> tuple[str | None, int]:
+    if flexible:
+        n, pos = _uvarint(frame, pos)
+        n -= 1
+    else:
+        if pos + 2 > len(frame):
+            raise Malformed("string truncated")
+        (n,) = _INT16.unpack_from(frame, pos)
+        pos += 2
+    if n < 0:
+        return None, pos
+    if pos + n > len(frame):
+        raise Malformed("string truncated")
+    try:
+        return frame[pos : pos + n].decode(), pos + n
+    except UnicodeDecodeError:
+        raise Malformed("a string is not UTF-8") from None
+
+
+def _count(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's length (-1: null) at `pos`, and where its elements start."""
+    if flexible:
+        n, pos = _uvarint(frame, pos)
+        return n - 1, pos
+    if pos + 4 > len(frame):
+        raise Malformed("array truncated")
+    return int(_INT32.unpack_from(frame, pos)[0]), pos + 4
+
+
+def _skip_tags(frame: bytes, pos: int) -> int:
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _uvarint(frame, pos)
+        size, pos = _uvarint(frame, pos)
+        pos += size
+    return pos
+
+
+def produce_topics(frame: bytes, version: int) -> tuple[str | None, int, list[str]]:
+    """(transactional id, acks, topic names) of a Produce request (v3-v9), its record batches
+    stepped over, not read."""
+    flexible = version >= 9
+    pos = body_offset(frame, flexible)
+    transactional_id = None
+    if version >= 3:
+        transactional_id, pos = _string(frame, pos, flexible)
+    if pos + 6 > len(frame):
+        raise Malformed("Produce body truncated")
+    acks = int(_INT16.unpack_from(frame, pos)[0])
+    topics: list[str] = []
+    n, pos = _count(frame, pos + 6, flexible)
+    for _ in range(max(n, 0)):
+        name, pos = _string(frame, pos, flexible)
+        if name is None:
+            raise Malformed("a Produce topic has no name")
+        topics.append(name)
+        partitions, pos = _count(frame, pos, flexible)
+        for _ in range(max(partitions, 0)):
+            size, pos = _count(frame, pos + 4, flexible)  # index, then the records' size
+            pos += max(size, 0)
+            if flexible:
+                pos = _skip_tags(frame, pos)
+        if flexible:
+            pos = _skip_tags(frame, pos)
+        if pos > len(frame):
+            raise Malformed("Produce body truncated")
+    return transactional_id, acks, topics
 
 
 def produce_acks(frame: bytes, version: int) -> int:

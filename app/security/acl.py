@@ -116,6 +116,37 @@ class Authorizer:
             for b in matching
         )
 
+    def authorize_any(
+        self, principal: str, host: str, op: AclOperation, rtype: ResourceType
+    ) -> bool:
+        """Kafka's `authorizeByResourceType`: may the principal do `op` on some resource of
+        `rtype`? Yes when an ALLOW binding names one that no DENY binding covers (a DENY of
+        "*", of a prefix of it, or of the same literal name)."""
+        if principal in self.super_users:
+            return True
+        bindings = self._by_type.get(rtype, [])
+        if not bindings:
+            return self.allow_if_no_acl
+        mine = [
+            b
+            for b in bindings
+            if b.principal in (principal, WILDCARD_PRINCIPAL) and b.host in (host, WILDCARD)
+        ]
+        denies = [
+            b
+            for b in mine
+            if b.permission == AclPermissionType.DENY and b.operation in (op, Op.ALL)
+        ]
+        allowing = _IMPLIED_BY_ALLOW.get(op, (op,))
+        for b in mine:
+            if b.permission != AclPermissionType.ALLOW:
+                continue
+            if not (b.operation == Op.ALL or b.operation in allowing):
+                continue
+            if not any(_covers(d, b) for d in denies):
+                return True
+        return False
+
     def authorized_operations(
         self, principal: str, host: str, rtype: ResourceType, name: str
     ) -> int:
@@ -125,6 +156,15 @@ class Authorizer:
             if self.authorize(principal, host, op, rtype, name):
                 bits |= 1 << op
         return bits
+
+
+def _covers(deny: AclBinding, allow: AclBinding) -> bool:
+    """Does `deny` cover every resource `allow` names?"""
+    if deny.pattern_type == PatternType.LITERAL:
+        return deny.resource_name == WILDCARD or (
+            allow.pattern_type == PatternType.LITERAL and deny.resource_name == allow.resource_name
+        )
+    return allow.resource_name.startswith(deny.resource_name)
 
 
 def all_operations(rtype: ResourceType) -> int:

@@ -177,6 +177,12 @@ class SecurityManager:
             self._log_denial(principal, host, op, rtype, name)
         return False
 
+    def authorize_any(
+        self, principal: str, host: str, op: AclOperation, rtype: ResourceType
+    ) -> bool:
+        authorizer = self.snapshot.authorizer
+        return authorizer is None or authorizer.authorize_any(principal, host, op, rtype)
+
     def authorized_operations(
         self, principal: str, host: str, rtype: ResourceType, name: str
     ) -> int:

@@ -133,5 +133,16 @@ async def test_without_an_upstream_the_node_serves_groups_and_readyz_names_it(
         finally:
             await client.close()
         assert node.running
+        # the topics are the upstream's: the admin API creates none of its own
+        request = urllib.request.Request(
+            node.admin_url + "/topics",
+            data=json.dumps({"name": "local-only", "partitions": 3}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 409
+        assert "upstream" in json.loads(refused.value.read())["detail"]
     finally:
         node.kill()
