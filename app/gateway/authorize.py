@@ -26,6 +26,8 @@ from kio.serial import entity_reader
 
 from app.gateway import rewrite
 from app.gateway.routes import Malformed, body_offset, produce_topics
+from app.kafka.apis import DEFAULT_DECODE_LIMITS, DecodeLimits
+from app.kafka.bounded import check_request
 from app.kafka.codec import (
     build,
     element_class,
@@ -35,6 +37,7 @@ from app.kafka.codec import (
     response_class,
     response_header_flexible,
 )
+from app.kafka.tagged import strip_unknown_tags
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 Op = AclOperation
@@ -50,6 +53,9 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
 OPERATION_NOT_ATTEMPTED: Final = 55
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
 UNKNOWN_TOPIC_ID: Final = 100
+# a checked relayed request may name this many times COORD_MAX_REQUEST_ELEMENTS (a consumer's
+# Fetch names every partition it is assigned)
+RELAYED_ELEMENTS_FACTOR: Final = 10
 _ERROR_OF: Final = {
     TOPIC: TOPIC_AUTHORIZATION_FAILED,
     GROUP: GROUP_AUTHORIZATION_FAILED,
@@ -89,6 +95,7 @@ class Caller:
     principal: str
     host: str
     topic_names: Mapping[Any, str]
+    limits: DecodeLimits = DEFAULT_DECODE_LIMITS
 
     def may(self, op: AclOperation, rtype: ResourceType, name: str, *, log: bool = True) -> bool:
         return self.decider.authorize(self.principal, self.host, op, rtype, name, log_denial=log)
@@ -122,11 +129,22 @@ class _Request:
     body: Any
 
     @classmethod
-    def decode(cls, frame: bytes, api_key: int, version: int) -> _Request:
+    def decode(cls, frame: bytes, api_key: int, version: int, limits: DecodeLimits) -> _Request:
+        """The request as kio reads it, once the bounded walk (app/kafka/bounded.py) passed:
+        kio's native reader reserves memory from the counts a frame claims."""
         schema = request_class(api_key, version)
-        header_end = body_offset(frame, int(schema.__header_schema__.__version__) >= 2)
         try:
+            if check_request(
+                schema,
+                frame,
+                max_elements=limits.max_request_elements * RELAYED_ELEMENTS_FACTOR,
+                max_client_id=limits.max_client_id_bytes,
+            ):
+                frame = strip_unknown_tags(schema, frame)
+            header_end = body_offset(frame, int(schema.__header_schema__.__version__) >= 2)
             body, _ = entity_reader(schema)(frame, header_end)
+        except Malformed:
+            raise
         except Exception as e:
             raise Malformed(f"undecodable body: {e!r}") from None
         return cls(api_key, version, frame, header_end, body)
@@ -196,8 +214,11 @@ def _answer_for(reply_element: type[Any], element: Any, code: int) -> Any:
         index = _first(cls, _INDEX)
         error = _first(cls, ("error_code", "partition_error_code"))
         assert index is not None and error is not None
+        extra: dict[str, Any] = {}
+        if _first(cls, ("records",)):
+            extra["records"] = b""  # as Kafka: empty, not null (librdkafka refuses a null set)
         values[partitions] = tuple(
-            build(cls, **{index: i, error: code}) for i in _partition_indexes(element)
+            build(cls, **{index: i, error: code}, **extra) for i in _partition_indexes(element)
         )
     return build(reply_element, **values)
 
@@ -287,7 +308,7 @@ def _entries(api_key: int, spec: Entries | Callable[[int], Entries]) -> Check:
     def check(frame: bytes, version: int, caller: Caller) -> Verdict | None:
         entries = spec(version) if callable(spec) and not isinstance(spec, Entries) else spec
         assert isinstance(entries, Entries)
-        return entries.check(_Request.decode(frame, api_key, version), caller)
+        return entries.check(_Request.decode(frame, api_key, version, caller.limits), caller)
 
     return check
 
@@ -302,7 +323,7 @@ def _produce(frame: bytes, version: int, caller: Caller) -> Verdict | None:
     )
     if not refused and all(caller.may(Op.WRITE, TOPIC, t) for t in topics):
         return None  # the usual case: relayed as it came, its batches never read
-    req = _Request.decode(frame, 0, version)
+    req = _Request.decode(frame, 0, version, caller.limits)
     if refused:
         element_cls = element_class(req.reply_class(), "responses")
         answers = tuple(
@@ -321,14 +342,14 @@ _FETCH: Final = Entries("topics", "responses", Op.READ, _topic)
 
 
 def _fetch(frame: bytes, version: int, caller: Caller) -> Verdict | None:
-    req = _Request.decode(frame, 1, version)
+    req = _Request.decode(frame, 1, version, caller.limits)
     # an incremental fetch goes upstream even when emptied: its session's epoch moves on
     incremental = version >= 7 and int(req.body.session_id) != 0
     return _FETCH.check(req, caller, keep=incremental)
 
 
 def _metadata(frame: bytes, version: int, caller: Caller) -> Verdict:
-    req = _Request.decode(frame, 3, version)
+    req = _Request.decode(frame, 3, version, caller.limits)
     requested = req.body.topics
     denied: list[Any] = []
     kept: list[Any] = []
@@ -391,7 +412,7 @@ def _metadata_topic(cls: type[Any], requested: Any, code: int) -> Any:
 
 
 def _describe_cluster(frame: bytes, version: int, caller: Caller) -> Verdict | None:
-    req = _Request.decode(frame, 60, version)
+    req = _Request.decode(frame, 60, version, caller.limits)
     if not req.body.include_cluster_authorized_operations:
         return None
     bits = caller.operations(CLUSTER, CLUSTER_NAME)
@@ -404,7 +425,7 @@ def _single(api_key: int, rtype: ResourceType, op: AclOperation, field: str) -> 
     """An API with one resource named by `field` and one error code in its reply."""
 
     def check(frame: bytes, version: int, caller: Caller) -> Verdict | None:
-        req = _Request.decode(frame, api_key, version)
+        req = _Request.decode(frame, api_key, version, caller.limits)
         name = getattr(req.body, field)
         if caller.may(op, rtype, str(name)):
             return None
@@ -414,7 +435,7 @@ def _single(api_key: int, rtype: ResourceType, op: AclOperation, field: str) -> 
 
 
 def _init_producer_id(frame: bytes, version: int, caller: Caller) -> Verdict | None:
-    req = _Request.decode(frame, 22, version)
+    req = _Request.decode(frame, 22, version, caller.limits)
     transactional_id = req.body.transactional_id
     if transactional_id is not None:
         if caller.may(Op.WRITE, TRANSACTIONAL_ID, str(transactional_id)):
@@ -430,7 +451,7 @@ def _init_producer_id(frame: bytes, version: int, caller: Caller) -> Verdict | N
 
 
 def _add_partitions_to_txn(frame: bytes, version: int, caller: Caller) -> Verdict | None:
-    req = _Request.decode(frame, 24, version)
+    req = _Request.decode(frame, 24, version, caller.limits)
     entries = Entries("v3_and_below_topics", "results_by_topic_v3_and_below", Op.WRITE, _topic)
     transactional_id = str(req.body.v3_and_below_transactional_id)
     if caller.may(Op.WRITE, TRANSACTIONAL_ID, transactional_id):
@@ -445,7 +466,7 @@ def _add_partitions_to_txn(frame: bytes, version: int, caller: Caller) -> Verdic
 
 def _find_coordinator(frame: bytes, version: int, caller: Caller) -> Verdict | None:
     """Transactions' coordinators (a group's is answered here, before any check)."""
-    req = _Request.decode(frame, 10, version)
+    req = _Request.decode(frame, 10, version, caller.limits)
     if version >= 4:
         return Entries("coordinator_keys", "coordinators", Op.DESCRIBE, _transactional_id).check(
             req, caller
@@ -462,7 +483,7 @@ def _create_topics(frame: bytes, version: int, caller: Caller) -> Verdict | None
     if caller.may(Op.CREATE, CLUSTER, CLUSTER_NAME, log=False):
         return None
     return Entries("topics", "topics", Op.CREATE, _topic).check(
-        _Request.decode(frame, 19, version), caller
+        _Request.decode(frame, 19, version, caller.limits), caller
     )
 
 
@@ -503,4 +524,7 @@ def check(frame: bytes, api_key: int, version: int, caller: Caller) -> Verdict |
     found = CHECKS.get(api_key)
     if found is None:
         return None
+    cap = CAPS.get(api_key)
+    if cap is not None and version > cap:
+        raise Malformed(f"v{version} is not relayed with the authorizer on (at most v{cap})")
     return found(frame, version, caller)

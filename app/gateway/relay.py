@@ -167,7 +167,11 @@ class GatewayConnection(KafkaConnection):
     def _authorize(self, frame: bytes, api_key: int, version: int) -> authorize.Verdict | None:
         assert self._authorizer is not None
         caller = authorize.Caller(
-            self._authorizer, self.principal, self.ip, self._gateway.cluster.topic_names
+            self._authorizer,
+            self.principal,
+            self.ip,
+            self._gateway.cluster.topic_names,
+            self._decode_limits,
         )
         try:
             return authorize.check(frame, api_key, version, caller)

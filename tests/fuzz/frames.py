@@ -3,7 +3,11 @@ version the node advertises, built from kio's schemas, then mutated in their len
 fields, truncated, extended and given random tagged fields, and decoded exactly as the server
 does: Heartbeat, JoinGroup, SyncGroup and OffsetCommit by their struct readers first
 (app/kafka/hot.py, hot_group.py; the server calls them outside any `try`, so they may not raise),
-then `ApiVersionEntry.decode` with the default limits.
+then `ApiVersionEntry.decode` with the default limits. Relayed requests (gateway mode) are
+fuzzed as the gateway reads them: the peeks of the relay (app/gateway/routes.py: Produce's acks
+and topics, FindCoordinator's key type) and the ACL check (app/gateway/authorize.py, with a
+principal allowed some topics and not others, so both the pass-through and the rewrite paths
+run); those may raise only `Malformed` (the connection is closed), anything else is a finding.
 
 Run as a child process (`python -m tests.fuzz.frames --seconds N`) under an address-space
 limit, so a native abort or an allocation beyond the limit ends the child, not the test run:
@@ -25,11 +29,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.gateway import authorize
+from app.gateway.routes import Malformed, find_coordinator_key_type, produce_acks, produce_topics
 from app.kafka.apis import DEFAULT_DECODE_LIMITS, version_table
 from app.kafka.bounded import _K_BYTES, _K_ENTITY, _K_FIXED, _Field, _schema
+from app.kafka.codec import request_class
 from app.kafka.hot import read_heartbeat
 from app.kafka.hot_group import read_join_group, read_offset_commit, read_sync_group
 from app.kafka.tagged import uvarint
+from app.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from tests.support.decisions import Decisions
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -91,16 +106,17 @@ class _Gen:
 
 
 def valid_frame(rnd: random.Random, api_key: int, version: int) -> tuple[bytes, list[Any]]:
-    entry = version_table()[(api_key, version)]
+    entry = version_table().get((api_key, version))
+    cls = entry.request_cls if entry is not None else request_class(api_key, version)
     g = _Gen(rnd)
     g.out += struct.pack(">hhi", api_key, version, rnd.randrange(1 << 31))
-    hdr = _schema(entry.request_cls.__header_schema__, True)
+    hdr = _schema(cls.__header_schema__, True)
     # api_key, api_version and correlation_id are written above; then client id and tags
     for f in hdr.plain[3:]:
         g.field(f, hdr.flexible)
     if hdr.flexible:
         g.out += b"\x00"
-    g.entity(entry.request_cls, False)
+    g.entity(cls, False)
     return bytes(g.out), g.lengths
 
 
@@ -161,9 +177,53 @@ def decode_once(frame: bytes) -> None:
         entry.decode(frame)
 
 
+def _relayed_versions() -> list[tuple[int, int]]:
+    """(api, version) of every request the gateway checks, at the versions kio knows."""
+    out = []
+    for api_key in sorted(authorize.CHECKS):
+        for version in range(0, 20):
+            try:
+                request_class(api_key, version)
+            except Exception:
+                continue
+            if api_key != 0 or version >= 3:  # Produce below v3: no broker takes it
+                out.append((api_key, version))
+    return out
+
+
+_TOPIC, _ALLOW = ResourceType.TOPIC, AclPermissionType.ALLOW
+# topics whose names start with "a" may be used, the others not: every check meets both
+_CALLER = authorize.Caller(
+    Decisions(
+        [
+            AclBinding(_TOPIC, "a", PatternType.PREFIXED, "User:*", "*", op, _ALLOW)
+            for op in (AclOperation.ALL,)
+        ]
+    ),
+    "User:fuzz",
+    "127.0.0.1",
+    {},
+)
+
+
+def relay_once(frame: bytes, api_key: int, version: int) -> None:
+    """What a gateway connection does with a relayed frame before it goes upstream: may raise
+    only Malformed."""
+    try:
+        if api_key == 0:
+            produce_acks(frame, version)
+            produce_topics(frame, version)
+        elif api_key == 10:
+            find_coordinator_key_type(frame, version)
+        authorize.check(frame, api_key, version, _CALLER)
+    except Malformed:
+        pass
+
+
 def run(seconds: float, seed: int, current: Path, max_address_space: int) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (max_address_space, max_address_space))
     table = sorted(version_table())
+    relayed = _relayed_versions()
     for path in sorted(CORPUS.glob("*.bin")):
         current.write_bytes(path.read_bytes())
         decode_once(path.read_bytes())
@@ -177,8 +237,17 @@ def run(seconds: float, seed: int, current: Path, max_address_space: int) -> int
             current.write_bytes(candidate)
             decode_once(candidate)
             n += 1
+        for key in relayed:
+            frame, lengths = valid_frame(rnd, *key)
+            candidate = mutate(rnd, frame, lengths) if rnd.random() < 0.8 else frame
+            current.write_bytes(candidate)
+            relay_once(candidate, *key)
+            n += 1
     current.unlink(missing_ok=True)
-    print(f"fuzzed {n} frames over {len(table)} (api, version) pairs, seed {seed}")
+    print(
+        f"fuzzed {n} frames over {len(table)} (api, version) pairs and {len(relayed)} relayed "
+        f"ones, seed {seed}"
+    )
     return 0
 
 

@@ -12,6 +12,7 @@ from kio.index import load_request_schema, load_response_schema
 from app.gateway import authorize, rewrite
 from app.gateway.authorize import Caller, Verdict, check
 from app.gateway.routes import Malformed, produce_topics
+from app.kafka.apis import DEFAULT_DECODE_LIMITS
 from app.kafka.codec import build
 from app.security.acl import (
     AclBinding,
@@ -22,6 +23,7 @@ from app.security.acl import (
     ResourceType,
 )
 from membership.wire import encode_request
+from tests.support.decisions import Decisions
 
 Op = AclOperation
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
@@ -41,41 +43,15 @@ def acl(
     return AclBinding(rtype, name, pattern, principal, "*", op, permission)
 
 
-class Decisions:
-    """The real Authorizer behind the interface the gateway asks (the SecurityManager's)."""
-
-    def __init__(self, *bindings: AclBinding) -> None:
-        self.authorizer = Authorizer(bindings, super_users=frozenset({"User:admin"}))
-
-    def authorize(
-        self,
-        principal: str,
-        host: str,
-        op: AclOperation,
-        rtype: ResourceType,
-        name: str,
-        *,
-        log_denial: bool = True,
-    ) -> bool:
-        return self.authorizer.authorize(principal, host, op, rtype, name)
-
-    def authorize_any(
-        self, principal: str, host: str, op: AclOperation, rtype: ResourceType
-    ) -> bool:
-        return self.authorizer.authorize_any(principal, host, op, rtype)
-
-    def authorized_operations(
-        self, principal: str, host: str, rtype: ResourceType, name: str
-    ) -> int:
-        return self.authorizer.authorized_operations(principal, host, rtype, name)
-
-
 ALICE = Decisions(
-    acl(TOPIC, "orders", Op.WRITE),
-    acl(TOPIC, "orders", Op.READ),
-    acl(TOPIC, "secret", Op.READ, DENY, principal="User:*"),
-    acl(TOPIC, "public-", Op.DESCRIBE, pattern=PatternType.PREFIXED),
-    acl(TXN, "tx-alice", Op.WRITE),
+    [
+        acl(TOPIC, "orders", Op.WRITE),
+        acl(TOPIC, "orders", Op.READ),
+        acl(TOPIC, "secret", Op.READ, DENY, principal="User:*"),
+        acl(TOPIC, "public-", Op.DESCRIBE, pattern=PatternType.PREFIXED),
+        acl(TXN, "tx-alice", Op.WRITE),
+    ],
+    super_users=frozenset({"User:admin"}),
 )
 
 
@@ -104,7 +80,7 @@ def local(verdict: Verdict | None, api_key: int, version: int) -> Any:
 def relayed_body(verdict: Verdict, api_key: int, version: int) -> Any:
     """What the upstream would read of the request the verdict relays."""
     assert verdict.frame is not None
-    return authorize._Request.decode(verdict.frame, api_key, version).body
+    return authorize._Request.decode(verdict.frame, api_key, version, DEFAULT_DECODE_LIMITS).body
 
 
 def produce(
@@ -231,6 +207,7 @@ def test_a_fetch_by_name_or_by_topic_id_is_checked_for_read() -> None:
     assert check(fetch(13, ORDERS_ID), 1, 13, caller()) is None
     body = local(check(fetch(12, "secret"), 1, 12, caller()), 1, 12)
     assert [(t.topic, int(t.partitions[0].error_code)) for t in body.responses] == [("secret", 29)]
+    assert body.responses[0].partitions[0].records == b""  # empty, as Kafka: not null
     body = local(check(fetch(15, SECRET_ID), 1, 15, caller()), 1, 15)
     assert [(t.topic_id, int(t.partitions[0].error_code)) for t in body.responses] == [
         (SECRET_ID, 29)
