@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -225,10 +226,16 @@ class CoordinatorProcess:
 
 @contextlib.contextmanager
 def postgres_nodes(
-    pg_admin_dsn: str, workdir: Path, env: dict[str, str], count: int = 2, prefix: str = "nodes"
+    pg_admin_dsn: str,
+    workdir: Path,
+    env: dict[str, str],
+    count: int = 2,
+    prefix: str = "nodes",
+    make: Callable[[str, int], CoordinatorProcess] | None = None,
 ) -> Any:
     """`count` nodes (ids 1..count) on a fresh PostgreSQL database, migrated; every node is
-    killed and the database dropped at exit."""
+    killed and the database dropped at exit. `make(url, node_id)` builds each node (a gateway,
+    say); by default a plain one with `env`."""
     import asyncio
     import uuid
 
@@ -250,7 +257,12 @@ def postgres_nodes(
         "postgresql://", "postgresql+asyncpg://"
     )
     asyncio.run(upgrade_async(url))
-    nodes = [CoordinatorProcess(url, workdir, dict(env), node_id=i) for i in range(1, count + 1)]
+    if make is None:
+
+        def make(url: str, node_id: int) -> CoordinatorProcess:
+            return CoordinatorProcess(url, workdir, dict(env), node_id=node_id)
+
+    nodes = [make(url, i) for i in range(1, count + 1)]
     try:
         for n in nodes:
             n.start(wait_ready=False)
