@@ -201,6 +201,9 @@ class GatewayConnection(KafkaConnection):
         if self._closing:
             link.close()
             return
+        if link.closed:  # lost between its connect and now
+            self._upstream_failed(f"connection to upstream broker {address[0]}:{address[1]} lost")
+            return
         link.owner = self
         self._link = link
         for size, frame in self._unsent:

@@ -21,7 +21,8 @@ from tests.support.ports import free_port
 pytestmark = pytest.mark.timeout(120)
 
 
-def fetch_request(topic: str, max_wait_ms: int) -> Any:
+def fetch_request(topic: str, max_wait_ms: int, fetch_offset: int = 1_000_000) -> Any:
+    """Fetch v12 of partition 0; past the end by default, so the broker waits max_wait."""
     return KafkaTestClient.build_request(
         1,
         12,
@@ -39,7 +40,7 @@ def fetch_request(topic: str, max_wait_ms: int) -> Any:
                     {
                         "partition": 0,
                         "current_leader_epoch": -1,
-                        "fetch_offset": 1_000_000,  # past the end: the broker waits max_wait
+                        "fetch_offset": fetch_offset,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
                         "partition_max_bytes": 1 << 20,
