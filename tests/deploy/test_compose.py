@@ -15,14 +15,17 @@ from pathlib import Path
 
 import yaml
 
-from app.config import Settings, advertised_admin_url
+from app.config import Settings, advertised_admin_url, upstream_addresses
+from app.gateway.addresses import BrokerPorts
 from app.security.listeners import SecurityProtocol, listeners_of
 from cli.main import AUDIT_MODULES
 from cli.serve import admin_exposure_problem
+from tests.support.kafka_broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 # read by the image's entrypoint (Dockerfile), not by the node
 ENTRYPOINT_VARIABLES = {"CERT_HOSTNAMES"}
+NODES = ("node1", "node2", "node3")
 
 
 def load() -> dict:  # type: ignore[type-arg]
@@ -39,20 +42,45 @@ def settings_of(env: dict[str, str]) -> Settings:
     )
 
 
-def test_compose_runs_postgres_and_three_nodes_on_distinct_ports() -> None:
+def published(service: dict) -> dict[int, tuple[str, int]]:  # type: ignore[type-arg]
+    """Container port -> (host address, host port) of a service's `ports`, ranges
+    ("19093-19094:9093-9094") expanded; the host address is "" when it is not given."""
+    out: dict[int, tuple[str, int]] = {}
+    for spec in service.get("ports", []):
+        *host_part, container = spec.split(":")
+        address = host_part[0] if len(host_part) == 2 else ""
+        hosts, containers = _span(host_part[-1]), _span(container)
+        assert len(hosts) == len(containers), spec
+        for c, h in zip(containers, hosts, strict=True):
+            assert c not in out, f"container port {c} published twice"
+            out[c] = (address, h)
+    return out
+
+
+def _span(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def test_compose_runs_postgres_kafka_and_three_nodes_on_distinct_ports() -> None:
     services = load()["services"]
-    assert set(services) == {"postgres", "node1", "node2", "node3"}
-    host_ports = [p.rsplit(":", 1)[0] for s in services.values() for p in s.get("ports", [])]
+    assert set(services) == {"postgres", "kafka", "kafka-topics", *NODES}
+    host_ports = [
+        (address or "0.0.0.0", port)
+        for s in services.values()
+        for address, port in published(s).values()
+    ]
     assert len(host_ports) == len(set(host_ports))
-    ids = {services[n]["environment"]["COORD_NODE_ID"] for n in ("node1", "node2", "node3")}
+    assert len({port for _, port in host_ports}) == len(host_ports)
+    ids = {services[n]["environment"]["COORD_NODE_ID"] for n in NODES}
     assert ids == {"1", "2", "3"}
-    for name in ("node1", "node2", "node3"):
+    for name in NODES:
         env = services[name]["environment"]
         s = settings_of(env)
         sasl_ssl = next(li for li in listeners_of(s) if li.protocol is SecurityProtocol.SASL_SSL)
         assert (sasl_ssl.host, sasl_ssl.port) == ("0.0.0.0", 9093)
         assert sasl_ssl.advertised_host == "localhost"
-        assert f"{sasl_ssl.advertised_port}:9093" in services[name]["ports"]
+        assert published(services[name])[9093] == ("", sasl_ssl.advertised_port)
         # PLAINTEXT only on the container's loopback
         for li in listeners_of(s):
             if li.protocol is SecurityProtocol.PLAINTEXT:
@@ -68,15 +96,20 @@ def test_compose_runs_postgres_and_three_nodes_on_distinct_ports() -> None:
 
 def test_every_compose_setting_is_one_the_node_reads_and_parses() -> None:
     known = {f"COORD_{name.upper()}" for name in Settings.model_fields} | ENTRYPOINT_VARIABLES
-    for name in ("node1", "node2", "node3"):
-        env = load()["services"][name]["environment"]
-        assert set(env) <= known, set(env) - known
-        settings_of(env)
+    for name, service in load()["services"].items():
+        env = service.get("environment", {})
+        coord = {k for k in env if k.startswith("COORD_")}
+        assert coord <= known, (name, coord - known)
+        if name in NODES:
+            assert set(env) <= known, set(env) - known
+            settings_of(env)
+        else:
+            assert not coord, f"{name} sets the node's settings {coord}"
 
 
 def test_compose_is_secure_by_default() -> None:
     services = load()["services"]
-    for name in ("node1", "node2", "node3"):
+    for name in NODES:
         env = services[name]["environment"]
         # the token comes from the operator's environment; compose refuses to start without
         assert env["COORD_ADMIN_TOKEN"].startswith("${COORD_ADMIN_TOKEN:?")
@@ -91,6 +124,91 @@ def test_compose_is_secure_by_default() -> None:
         assert "certs:/data/certs" in services[name]["volumes"]
         assert set(env["CERT_HOSTNAMES"].split(",")) == {"node1", "node2", "node3"}
     assert "certs" in load()["volumes"]
+
+
+def kafka_env() -> dict[str, str]:
+    return {k: str(v) for k, v in load()["services"]["kafka"]["environment"].items()}
+
+
+def test_compose_runs_apache_kafka_as_one_kraft_node_reached_only_through_the_gateways() -> None:
+    services = load()["services"]
+    kafka = services["kafka"]
+    # the official image, at the version the gateway's tests and benchmark run against
+    assert kafka["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    assert services["kafka-topics"]["image"] == kafka["image"]
+    env = kafka_env()
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, one node, no ZooKeeper
+    assert not any(k.startswith("KAFKA_ZOOKEEPER") for k in env)
+    listeners = dict(
+        (li.split("://")[0], int(li.rsplit(":", 1)[1])) for li in env["KAFKA_LISTENERS"].split(",")
+    )
+    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] == "CONTROLLER"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == (
+        f"{env['KAFKA_NODE_ID']}@kafka:{listeners['CONTROLLER']}"
+    )
+    protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(protocols) == set(listeners)
+    # one broker: every internal topic with one replica, or Kafka never creates them
+    for key in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    ):
+        assert env[key] == "1", key
+    # the data on a volume; no port on the host: clients go through the gateways
+    assert kafka["volumes"] == [f"kafkadata:{env['KAFKA_LOG_DIRS']}"]
+    assert "kafkadata" in load()["volumes"]
+    assert "ports" not in kafka and "ports" not in services["kafka-topics"]
+    assert "localhost:9092" in " ".join(kafka["healthcheck"]["test"])
+    # the topics the clients use exist on Kafka (gateway mode does not read COORD_TOPICS)
+    create = " ".join(services["kafka-topics"]["command"])
+    assert create.count("--create --if-not-exists") == 2
+    assert "--topic orders --partitions 6" in create and "--topic payments --partitions 3" in create
+    assert "--bootstrap-server kafka:9092" in create
+    assert "$" not in create  # nothing for compose to interpolate
+    assert services["kafka-topics"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_the_three_nodes_are_gateways_in_front_of_kafka_with_their_broker_ports_published() -> None:
+    services = load()["services"]
+    env = kafka_env()
+    advertised = env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    plaintext = next(a.split("://")[1] for a in advertised if a.startswith("PLAINTEXT://"))
+    broker_id = int(env["KAFKA_NODE_ID"])
+    for name in NODES:
+        service = services[name]
+        s = settings_of(service["environment"])
+        assert s.gateway and "COORD_TOPICS" not in service["environment"]
+        # the upstream is Kafka's advertised PLAINTEXT address, inside the compose network
+        assert upstream_addresses(s.upstream_bootstrap) == (("kafka", 9092),)
+        assert s.upstream_bootstrap == plaintext
+        assert s.upstream_security_protocol == "PLAINTEXT"
+        assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
+        assert service["depends_on"]["kafka-topics"]["condition"] == (
+            "service_completed_successfully"
+        )
+        ports = BrokerPorts(
+            s.gateway_broker_id_base, s.gateway_broker_ports, s.gateway_coordinator_id_base
+        )
+        assert ports.placeable(broker_id)  # Kafka's broker has a port on every gateway
+        listeners = listeners_of(s)
+        ports.check(listeners)  # the node's own start check: no listener's block overlaps another
+        pub = published(service)
+        for li in listeners:
+            block = [
+                li.port + ports.offset(b) for b in range(ports.id_base, ports.id_base + ports.count)
+            ]
+            if li.protocol is SecurityProtocol.PLAINTEXT:
+                assert li.host == "127.0.0.1"  # the container's loopback: never published
+                assert not {li.port, *block} & set(pub)
+                continue
+            # the bootstrap port and every broker port, published where they are advertised:
+            # the Metadata a gateway hands out sends host clients to advertised + 1 + offset
+            for b in range(ports.id_base, ports.id_base + ports.count):
+                bound, adv = ports.bound_port(li, b), li.advertised_port + ports.offset(b)
+                assert pub[bound] == ("", adv), (name, b, bound, pub.get(bound))
+            assert pub[li.port] == ("", li.advertised_port)
+            assert li.advertised_host == "localhost"  # works from the host, as the certificate says
 
 
 def test_dockerfile_installs_the_package_and_serves_securely() -> None:
