@@ -1,24 +1,30 @@
 """The gateway's own bounds (docs/gateway.md, Bounds): a client that never reads cannot make a
-node hold the replies it asked for (the broker's are left unread instead), and a broker frame
-over 128 MiB closes that broker connection alone."""
+node hold the replies it asked for (the broker's are left unread instead), a broker that reads
+nothing (SIGSTOPped) cannot make it hold the requests sent to it (the client's are left unread
+instead), and a broker frame over 128 MiB closes that broker connection alone."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 from app.config import Settings
 from app.gateway.upstream import MAX_REPLY_BYTES, UpstreamConfig, open_link
 from membership.wire import encode_request
 from tests.gateway.test_relay import fetch_request
 from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_client import KafkaTestClient
 from tests.support.nodes import CoordinatorProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -26,6 +32,7 @@ pytestmark = pytest.mark.timeout(180)
 RECORD = 64 * 1024
 RECORDS = 256  # 16 MiB on the topic
 REQUESTS = 200  # each asks for up to 1 MiB: 200 MiB of replies if nothing held them back
+PRODUCES = 120  # 900 KiB each: 105 MiB of requests for a broker that reads none
 
 
 def rss_bytes(pid: int) -> int:
@@ -111,3 +118,58 @@ async def test_a_broker_frame_over_the_bound_closes_that_link_only() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def produce_frame(topic: str, correlation_id: int, batch: bytes) -> bytes:
+    request = KafkaTestClient.build_request(
+        0,
+        9,
+        transactional_id=None,
+        acks=1,
+        timeout=60_000,
+        topic_data=[{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    )
+    return encode_request(request, correlation_id, "slow-upstream")
+
+
+def test_a_stopped_broker_holds_its_clients_sends(
+    gateway_factory: Callable[..., CoordinatorProcess],
+    apache_kafka_broker: KafkaBroker,
+    topic: str,
+) -> None:
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=2**21)
+    builder.append(timestamp=None, key=None, value=b"v" * (900 * 1024), headers=[])
+    builder.close()
+    batch = bytes(builder.buffer())
+    node = gateway_factory()
+    assert node.proc is not None and apache_kafka_broker.proc is not None
+    sock = socket.create_connection(node.address, timeout=120)
+    sock.sendall(produce_frame(topic, 0, batch))  # the link is up and the broker answers
+    assert struct.unpack_from(">i", read_frame(sock))[0] == 0
+    frames = [produce_frame(topic, i, batch) for i in range(1, 1 + PRODUCES)]
+    sent = []
+
+    def send_all() -> None:
+        for frame in frames:
+            sock.sendall(frame)
+            sent.append(frame)
+
+    sender = threading.Thread(target=send_all, daemon=True)
+    broker_pid = apache_kafka_broker.proc.pid
+    os.kill(broker_pid, signal.SIGSTOP)
+    try:
+        baseline = rss_bytes(node.proc.pid)
+        sender.start()
+        time.sleep(6)
+        grown = rss_bytes(node.proc.pid) - baseline
+        assert grown < 64 * 1024 * 1024, f"the node grew by {grown / 2**20:.0f} MiB"
+        assert len(sent) < PRODUCES, "the node read every request while its broker read none"
+    finally:
+        os.kill(broker_pid, signal.SIGCONT)
+    sender.join(120)
+    assert len(sent) == PRODUCES
+    for correlation_id in range(1, 1 + PRODUCES):
+        frame = read_frame(sock)
+        assert struct.unpack_from(">i", frame)[0] == correlation_id
+    sock.close()
+    assert node.running

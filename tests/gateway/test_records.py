@@ -124,6 +124,10 @@ def test_a_static_group_consumes_every_record_through_the_gateway(
     assert cluster["reachable"] and cluster["unplaced_broker_ids"] == []
     (broker,) = cluster["brokers"]
     assert broker["gateway"] == f"127.0.0.1:{node.kafka_port + 1 + broker['node_id']}"
+    # and the console's cluster page says the same
+    with urllib.request.urlopen(node.admin_url + "/ui/cluster", timeout=10) as r:
+        page = r.read().decode()
+    assert "Upstream Kafka cluster" in page and f">{broker['gateway']}<" in page
 
 
 def consume_some(consumers: list[Consumer], n: int, seen: dict[str, list[str]]) -> None:
