@@ -6,7 +6,7 @@ trust auth) and stopped when the run ends. Tests create and drop their own datab
 Nothing is skipped without it: missing binaries or an unreachable server fail the test loudly
 (`make deps` installs the binaries; `make test` runs it first).
 
-`apache_kafka_broker` is Apache Kafka 4.0's own broker (tests/support/kafka_broker.py), started
+`apache_kafka_broker` is Apache Kafka 4.4's own broker (tests/support/kafka_broker.py), started
 once per run on first use, its group coordinator warmed up, with DIFF_TOPIC created: the oracle
 of the differential suite and the second server of the SDK's tests.
 

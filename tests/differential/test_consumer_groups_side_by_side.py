@@ -20,6 +20,7 @@ import pytest
 from tests.differential.scenarios import TOPIC, Run, Target, join_all
 from tests.support.consumer_bytes import assignment, subscription
 from tests.support.java import TOOL_CLASS, java_build, java_command  # noqa: F401 - fixture
+from tests.support.kafka_broker import KAFKA_VERSION
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.nodes import ROOT
 from tests.support.tasks import cancel_and_wait
@@ -185,8 +186,8 @@ async def test_same_output_as_against_apache_kafka(java_build: None, shapes: lis
         )
         name = {TOOL_CLASS: "kafka-consumer-groups"}.get(tool, tool.rsplit(".", 1)[1])
         title = f"{name} --bootstrap-server <node> " + " ".join(args)
-        report += [f"$ {title}", "--- Apache Kafka 4.0.0", theirs.rstrip(), "--- coordinator",
-                   ours.rstrip(), ""]  # fmt: skip
+        report += [f"$ {title}", f"--- Apache Kafka {KAFKA_VERSION}", theirs.rstrip(),
+                   "--- coordinator", ours.rstrip(), ""]  # fmt: skip
         if masked(theirs) != masked(ours):
             differing.append(f"{title}\n{theirs}\n--- ours:\n{ours}")
         if expect is not None:

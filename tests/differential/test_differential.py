@@ -32,9 +32,18 @@ GROUP_APIS = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)
 
 # (scenario, step) -> why our node answers differently on purpose
 DIFFERENCES: dict[tuple[str, str], str] = {
-    ("api-versions", "ApiVersions of key 11"): (
-        "JoinGroup v0-1 still served: Apache Kafka 4.0 removed them (KIP-896); the node keeps "
-        "them for clients older than 0.10.1 (protocol.md §11.1)"
+    ("api-versions", "ApiVersions of key 8"): (
+        "OffsetCommit v10 not served (Apache Kafka 4.4 serves 2-10): v10 names topics by id only "
+        "(KIP-848), and the node's topics have no ids (all-zero in Metadata); clients negotiate v9"
+    ),
+    ("api-versions", "ApiVersions of key 9"): (
+        "OffsetFetch v10 not served (Apache Kafka 4.4 serves 1-10): topic ids only (KIP-848), as "
+        "OffsetCommit v10"
+    ),
+    ("api-versions", "ApiVersions of key 42"): (
+        "DeleteGroups v3 not served (Apache Kafka 4.4 serves 0-3): it adds a per-group error "
+        "message to the reply, which the protocol library (kio 0.6.5) has no schema for; "
+        "clients negotiate v2, whose replies agree"
     ),
 }
 

@@ -4,8 +4,11 @@ by tests/java/src/main/java/coord/ConsumerDriver.java) and kafka-consumer-groups
 
 `tests/java/pom.xml` is resolved and built on first use, into tests/java/target (ignored), by the
 session fixture `java_build`: `mvn package dependency:copy-dependencies`. It does nothing when the
-jar and target/lib are newer than the pom and every Java source. A missing `java` or `mvn`, or a
-failing build, fails the test loudly (never a skip): CI must not pass by not running these.
+jar and target/lib are newer than the pom and every Java source, and target/lib's stamp names the
+pom's Kafka version and hash; the dependencies go to a fresh folder that then replaces target/lib
+(an older kafka.version's jars never share the classpath with the new). A missing `java` or
+`mvn`, or a failing build, fails the test loudly (never a skip): CI must not pass by not running
+these.
 
 `JavaConsumerProcess` is tests/support/consumers.py's `ConsumerProcess` with a JVM behind it: the
 Java driver takes the Python driver's command line and prints the same JSON events, so the
@@ -14,6 +17,7 @@ Python side's Hub, waits and commands work unchanged.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import threading
@@ -23,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.support.consumers import ConsumerProcess, Consumers, Hub, driver_args
+from tests.support.kafka_broker import pom_stamp, stamp_current, swap_in
 from tests.support.nodes import ROOT
 
 JAVA_DIR = ROOT / "tests" / "java"
@@ -45,7 +50,8 @@ def up_to_date() -> bool:
     if not (JAR.exists() and STAMP.exists()):
         return False
     built = min(JAR.stat().st_mtime, STAMP.stat().st_mtime)
-    return all(p.stat().st_mtime <= built for p in _sources())
+    fresh = all(p.stat().st_mtime <= built for p in _sources())
+    return fresh and stamp_current(STAMP, pom_stamp(JAVA_DIR / "pom.xml"))
 
 
 def build() -> None:
@@ -62,9 +68,11 @@ def build() -> None:
         if up_to_date():
             return
         STAMP.unlink(missing_ok=True)
+        fresh = LIB.with_name(f"lib.new-{os.getpid()}")
+        shutil.rmtree(fresh, ignore_errors=True)
         cmd = [
             "mvn", "-q", "-B", "-f", str(JAVA_DIR / "pom.xml"), "package",
-            "dependency:copy-dependencies", f"-DoutputDirectory={LIB}",
+            "dependency:copy-dependencies", f"-DoutputDirectory={fresh}",
         ]  # fmt: skip
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -76,7 +84,8 @@ def build() -> None:
                 f"{r.stderr[-20000:]}",
                 pytrace=False,
             )
-        STAMP.write_text("ok\n")
+        (fresh / STAMP.name).write_text(pom_stamp(JAVA_DIR / "pom.xml"))
+        swap_in(fresh, LIB)
 
 
 @pytest.fixture(scope="session")
