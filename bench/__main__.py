@@ -1,6 +1,7 @@
 """`python -m bench [--smoke] [--only KEY ...] [--out PATH]`: run the figures, write the report.
 
 make bench                       # every figure, rewrites BENCHMARKS.md (tens of minutes)
+.venv/bin/python -m bench --only gateway   # one figure: its section of BENCHMARKS.md replaced
 .venv/bin/python -m bench --smoke --out /tmp/b.md    # each figure in seconds (CI)
 """
 
@@ -15,7 +16,16 @@ import time
 import traceback
 from pathlib import Path
 
-from bench.report import PG_DSN, ROOT, BenchOptions, Figure, document, machine_info
+from bench.report import (
+    PG_DSN,
+    ROOT,
+    BenchOptions,
+    Figure,
+    code_version,
+    document,
+    machine_info,
+    merged,
+)
 from tests.support.postgres import PrivatePostgres
 
 # key -> module with `run(opts) -> Figure | list[Figure]`, in report order
@@ -31,6 +41,7 @@ FIGURES = {
     "security": "bench.security",
     "scaleout": "bench.scaleout",
     "audit": "bench.audit",
+    "gateway": "bench.gateway",
 }
 
 
@@ -74,8 +85,13 @@ def main(argv: list[str] | None = None) -> int:
             figures.extend(batch)
         command = "make bench" if not args.smoke else "python -m bench --smoke"
         if args.only:
+            command = command.replace("make bench", "python -m bench")
             command += " --only " + " ".join(args.only)
-        args.out.write_text(document(figures, command, started, machine_info(args.pg)))
+        if args.only and args.out.exists():  # the other figures stay as they were measured
+            text = merged(args.out.read_text(), figures, command, started, code_version())
+        else:
+            text = document(figures, command, started, machine_info(args.pg))
+        args.out.write_text(text)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
