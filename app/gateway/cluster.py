@@ -62,6 +62,19 @@ class UpstreamCluster:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="upstream-metadata")
 
+    async def first_refresh(self) -> None:
+        """One refresh before the gateway's listeners open, bounded by the upstream timeout:
+        a client that connects before the upstream's ApiVersions are known is answered without
+        any relayed API (FindCoordinator, Metadata, Produce, Fetch...), and clients keep that
+        answer for the connection's life (aiokafka: IncompatibleBrokerVersion for
+        FindCoordinator, Java: "The node does not support METADATA"). An unreachable upstream
+        (its problem kept for /readyz) delays the listeners by at most that timeout."""
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                await self.refresh()
+        except TimeoutError:
+            self._failed(f"no Metadata in {self.config.timeout_s:g} s")
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

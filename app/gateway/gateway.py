@@ -140,6 +140,7 @@ class GatewayServer(KafkaServer):
         gateway.ports.check(self.listeners)
 
     async def start(self) -> GatewayServer:
+        await self.gateway.cluster.first_refresh()  # the upstream's API ranges before any client
         await super().start()
         ports = self.gateway.ports
         for listener in self.listeners:

@@ -21,6 +21,7 @@ from app.kafka.codec import (
     element_class,
     encode_body,
     frame_response,
+    has_field,
     response_class,
     response_header_flexible,
 )
@@ -55,13 +56,16 @@ def encode(correlation_id: int, flexible: bool, body: Any) -> bytes:
 def _brokers(
     cls: type[Any], brokers: Any, place: Place, coordinators: Sequence[tuple[int, str, int]]
 ) -> tuple[Any, ...]:
+    broker_cls = element_class(cls, "brokers")
+    # Metadata's brokers have a node_id, DescribeCluster's a broker_id (`build` would drop
+    # the other name silently: every coordinator entry broker 0)
+    key = "node_id" if has_field(broker_cls, "node_id") else "broker_id"
     out = []
     for b in brokers:
-        at = place(int(b.node_id))
+        at = place(int(getattr(b, key)))
         if at is not None:
             out.append(dataclasses.replace(b, host=at[0], port=at[1]))
-    broker_cls = element_class(cls, "brokers")
-    out += [build(broker_cls, node_id=n, host=h, port=p, rack=None) for n, h, p in coordinators]
+    out += [build(broker_cls, host=h, port=p, rack=None, **{key: n}) for n, h, p in coordinators]
     return tuple(out)
 
 

@@ -78,6 +78,9 @@ NOT_ADVERTISED: Final = frozenset(
         90,  # DescribeShareGroupOffsets
         91,  # AlterShareGroupOffsets
         92,  # DeleteShareGroupOffsets
+        88,  # StreamsGroupHeartbeat (KIP-1071, advertised by Kafka 4.1+)
+        89,  # StreamsGroupDescribe
+        93,  # StreamsGroupTopologyDescriptionUpdate
     }
 )
 # the newest version relayed, where it is not the upstream's own
