@@ -26,17 +26,26 @@ PASSWORD = "gateway-acl-secret"
 MECHANISM = "SCRAM-SHA-256"
 
 
+@pytest.fixture(scope="module")
+def logged_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """An upstream of this module's own that logs every request it completes, by client id."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("logged-kafka"), request_log=True)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture
-def secured(
-    tmp_path: Path, apache_kafka_broker: KafkaBroker
-) -> Iterator[tuple[CoordinatorProcess, str]]:
+def secured(tmp_path: Path, logged_broker: KafkaBroker) -> Iterator[tuple[CoordinatorProcess, str]]:
     """A gateway whose one listener is SASL_PLAINTEXT with our ACL authorizer, and a topic on
     the upstream: alice may produce to and read it, bob may only DESCRIBE it, carol nothing."""
     topic = f"acl-{uuid.uuid4().hex[:8]}"
-    apache_kafka_broker.create_topic(topic, 2)
+    logged_broker.create_topic(topic, 2)
     proc = gateway_process(
         tmp_path / "gw",
-        apache_kafka_broker,
+        logged_broker,
         COORD_AUTHORIZER="acl",
         COORD_SUPER_USERS="User:admin",
         COORD_SASL_ENABLED_MECHANISMS=MECHANISM,
@@ -75,19 +84,20 @@ def secured(
         proc.kill()
 
 
-def client_config(proc: CoordinatorProcess, user: str) -> dict[str, object]:
+def client_config(proc: CoordinatorProcess, user: str, client_id: str = "") -> dict[str, object]:
     return {
         "bootstrap.servers": proc.bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": MECHANISM,
         "sasl.username": user,
         "sasl.password": PASSWORD,
-        "client.id": f"{user}-{uuid.uuid4().hex[:6]}",
+        "client.id": client_id or f"{user}-{uuid.uuid4().hex[:6]}",
     }
 
 
 def produce(proc: CoordinatorProcess, user: str, topic: str, n: int) -> list[KafkaError | None]:
-    producer = Producer({**client_config(proc, user), "acks": "all", "message.timeout.ms": 15_000})
+    config = {**client_config(proc, user, f"{user}-producer"), "acks": "all"}
+    producer = Producer({**config, "message.timeout.ms": 15_000})
     outcomes: list[KafkaError | None] = []
     for i in range(n):
         producer.produce(
@@ -119,11 +129,11 @@ def gateway_counter(proc: CoordinatorProcess, family: str, api: str) -> float:
 
 
 def test_write_read_and_describe_are_ours_to_grant(
-    secured: tuple[CoordinatorProcess, str], apache_kafka_broker: KafkaBroker
+    secured: tuple[CoordinatorProcess, str], logged_broker: KafkaBroker
 ) -> None:
     proc, topic = secured
     assert produce(proc, "alice", topic, 10) == [None] * 10
-    assert log_end(apache_kafka_broker, topic) == 10
+    assert log_end(logged_broker, topic) == 10
 
     relayed_before = gateway_counter(proc, "coordinator_gateway_relayed_requests", "Produce")
     outcomes = produce(proc, "bob", topic, 5)  # bob sees the topic but may not write
@@ -131,7 +141,7 @@ def test_write_read_and_describe_are_ours_to_grant(
     assert all(
         e is not None and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in outcomes
     ), outcomes
-    assert log_end(apache_kafka_broker, topic) == 10  # not one of bob's records reached it
+    assert log_end(logged_broker, topic) == 10  # not one of bob's records reached it
     assert gateway_counter(proc, "coordinator_gateway_denied_requests", "Produce") >= 1
     assert gateway_counter(proc, "coordinator_gateway_relayed_requests", "Produce") == (
         relayed_before
@@ -139,7 +149,11 @@ def test_write_read_and_describe_are_ours_to_grant(
 
     # alice reads all ten through her group; bob's fetch is refused with Kafka's error
     alice = Consumer(
-        {**client_config(proc, "alice"), "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+        {
+            **client_config(proc, "alice", "alice-consumer"),
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+        }
     )
     alice.assign([TopicPartition(topic, p, 0) for p in range(2)])
     read = []
@@ -153,7 +167,11 @@ def test_write_read_and_describe_are_ours_to_grant(
 
     denied_fetches = gateway_counter(proc, "coordinator_gateway_denied_requests", "Fetch")
     bob = Consumer(
-        {**client_config(proc, "bob"), "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+        {
+            **client_config(proc, "bob", "bob-consumer"),
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+        }
     )
     bob.assign([TopicPartition(topic, p, 0) for p in range(2)])
     errors = []
@@ -166,6 +184,13 @@ def test_write_read_and_describe_are_ours_to_grant(
     bob.close()
     assert errors == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     assert gateway_counter(proc, "coordinator_gateway_denied_requests", "Fetch") > denied_fetches
+
+    # the upstream's own request log: alice's requests reached it, bob's refused ones never did
+    assert "Produce" in logged_broker.requests_from("alice-producer")
+    assert "Fetch" in logged_broker.requests_from("alice-consumer")
+    assert "Metadata" in logged_broker.requests_from("bob-producer")  # what he may see, he does
+    assert "Produce" not in logged_broker.requests_from("bob-producer")
+    assert "Fetch" not in logged_broker.requests_from("bob-consumer")
 
     # carol may not DESCRIBE it: the upstream's Metadata reaches her without the topic
     topics = AdminClient(client_config(proc, "carol")).list_topics(timeout=15).topics
