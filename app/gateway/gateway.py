@@ -23,7 +23,7 @@ from app.gateway.authorize import CAPS as CHECK_CAPS
 from app.gateway.cluster import UpstreamCluster
 from app.gateway.metrics import GatewayMetrics
 from app.gateway.relay import GatewayConnection
-from app.gateway.routes import advertised
+from app.gateway.routes import BASELINE, advertised
 from app.gateway.upstream import UpstreamConfig
 from app.kafka.apis import api_versions_answer, local_ranges
 from app.kafka.connection import FramedConnection
@@ -102,10 +102,11 @@ class Gateway:
     def api_versions(self, version: int, request: Any, authorized: bool) -> Any:
         """ApiVersions through the gateway; `authorized` (our ACLs on): only the relayed APIs
         whose requests the gateway checks (app/gateway/authorize.py)."""
+        upstream = self.cluster.versions or BASELINE  # unreachable since the start
         if authorized:
-            ranges = advertised(local_ranges(), self.cluster.versions, AUTHORIZED, CHECK_CAPS)
+            ranges = advertised(local_ranges(), upstream, AUTHORIZED, CHECK_CAPS)
         else:
-            ranges = advertised(local_ranges(), self.cluster.versions)
+            ranges = advertised(local_ranges(), upstream)
         return api_versions_answer(version, request, ranges)
 
     def status(self, listeners: list[Listener]) -> dict[str, Any]:

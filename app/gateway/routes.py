@@ -91,6 +91,30 @@ CAPS: Final[Mapping[int, int]] = {
     FIND_COORDINATOR: 6,
     DESCRIBE_CLUSTER: 2,
 }
+# what ApiVersions advertises for relayed APIs while the upstream's own ranges are unknown (it
+# has been unreachable since the start): Apache Kafka 4.0's ranges, capped. A client keeps an
+# answer for its connection's life; without these it would never relay on that connection. An
+# older upstream refuses a version it lacks by closing the connection; the client's next one
+# gets the upstream's real ranges.
+BASELINE: Final[Mapping[int, tuple[int, int]]] = {
+    PRODUCE: (3, 12),
+    FETCH: (4, 17),
+    2: (1, 10),  # ListOffsets
+    METADATA: (0, 13),
+    FIND_COORDINATOR: (0, 6),
+    19: (2, 7),  # CreateTopics
+    20: (1, 6),  # DeleteTopics
+    21: (0, 2),  # DeleteRecords
+    22: (0, 5),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch
+    24: (0, 5),  # AddPartitionsToTxn
+    26: (0, 5),  # EndTxn
+    32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs
+    37: (0, 3),  # CreatePartitions
+    44: (0, 1),  # IncrementalAlterConfigs
+    DESCRIBE_CLUSTER: (0, 1),
+}
 _ROUTES: Final[Mapping[int, Route]] = {
     **{key: Route.LOCAL for key in LOCAL_APIS},
     API_VERSIONS: Route.API_VERSIONS,

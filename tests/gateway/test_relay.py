@@ -125,6 +125,11 @@ async def test_without_an_upstream_the_node_serves_groups_and_readyz_names_it(
         assert nowhere in body["upstream"]["problem"] and not body["ready"]
         client = await KafkaTestClient.connect(*node.address)
         try:
+            # the relayed APIs are advertised all the same (a client keeps the answer for its
+            # connection's life: it must still relay there once the upstream is back)
+            versions = await client.api_versions()
+            keys = {int(k.api_key) for k in versions.api_keys}
+            assert {0, 1, 3, 11, 12} <= keys
             coordinator = await client.find_coordinator("alone-group")
             assert int(coordinator.error_code) == 0
             assert int(coordinator.node_id) == 1_000_000_001  # ids apart from any broker's
