@@ -140,7 +140,7 @@ CLIENTS = [
     "aiokafka",
     "kafkajs",
     "java",
-    # librdkafka sometimes waits > 30 s for its coordinator after the restart (test_records.py)
+    # make verify: test_records.py runs confluent-kafka's kill -9 in make test already
     pytest.param("confluent", marks=pytest.mark.verify),
 ]
 

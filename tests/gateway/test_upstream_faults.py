@@ -11,8 +11,8 @@ consumed, at the partition and offset it was acknowledged at; no offset of a par
 no commit goes back (each accepted commit, and the group's committed offsets read back at each
 step); the producer's records kept being acknowledged while the broker was down, and after the
 move its Produce requests and a consumer's Fetch requests reached the new leader (its request log).
-Every loop is bounded in count and time. In `make verify` (`-m verify`), not `make test`: the
-three JVMs and the faults take 2-4 minutes here.
+Every loop is bounded in count and time. The three JVMs and the faults take 2-4 minutes here:
+the module runs in make test's parallel phase beside the others.
 """
 
 from __future__ import annotations
@@ -239,9 +239,6 @@ def committed_never_back(before: dict[int, int], after: dict[int, int]) -> list[
     return [f"p{p}: {o} -> {after.get(p)}" for p, o in before.items() if after.get(p, -1) < o]
 
 
-# make verify: three JVMs and the faults take 2-4 minutes on this machine (over make test's
-# budget for one module)
-@pytest.mark.verify
 def test_clients_follow_a_broker_restart_and_a_leader_move_through_the_gateway(
     cluster: KafkaCluster, gateway: CoordinatorProcess
 ) -> None:
