@@ -110,6 +110,7 @@ class UpstreamLink(asyncio.Protocol):
         self.owner: LinkOwner | None = None
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._need = 4  # bytes the frame being received needs in `_buf`
         # while authenticating: (correlation id, reply future, response class) in order
         self._calls: deque[tuple[int, asyncio.Future[Any], type[Any]]] = deque()
         self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -125,9 +126,12 @@ class UpstreamLink(asyncio.Protocol):
         buf = self._buf
         if buf:
             buf += data
+            if len(buf) < self._need:  # a large reply arrives in many reads: copied once
+                return
             data = bytes(buf)
             buf.clear()
         pos, available = 0, len(data)
+        need = 4
         while available - pos >= 4:
             (size,) = _SIZE.unpack_from(data, pos)
             if not 4 <= size <= MAX_REPLY_BYTES:
@@ -135,6 +139,7 @@ class UpstreamLink(asyncio.Protocol):
                 return
             end = pos + 4 + size
             if end > available:
+                need = end - pos
                 break
             self._frame(data[pos:end] if pos or end != available else data)
             pos = end
@@ -142,6 +147,7 @@ class UpstreamLink(asyncio.Protocol):
                 return
         if pos < available:
             buf += memoryview(data)[pos:]
+            self._need = need
 
     def pause_writing(self) -> None:
         if self.owner is not None:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PHASES: tuple[tuple[list[str], ...], ...] = (
     (
         ["audit", "commits", "load"],
-        ["security", "kafka", "tansu"],
+        ["security", "kafka", "tansu", "gateway"],
         ["scaleout", "hostile", "memory", "rebalance", "heartbeats"],
     ),
 )

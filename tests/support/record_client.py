@@ -58,6 +58,28 @@ def quitting(commands: queue.Queue[str]) -> bool:
         return False
 
 
+def _consumer_settings(a: list[str]) -> tuple[str, str, dict[str, Any]]:
+    """(bootstrap, topic, the consumer's settings) from the command line: kafka-python and
+    aiokafka name them alike."""
+    bootstrap, topic, group, name, instance, session_ms = a
+    return (
+        bootstrap,
+        topic,
+        {
+            "group_id": group,
+            "group_instance_id": None if instance == "-" else instance,
+            "client_id": name,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "session_timeout_ms": int(session_ms),
+            "heartbeat_interval_ms": 1000,
+            "fetch_max_wait_ms": 200,
+            "retry_backoff_ms": 100,
+            "request_timeout_ms": 15000,
+        },
+    )
+
+
 # --- kafka-python ------------------------------------------------------------------------------
 
 
@@ -66,20 +88,8 @@ def kafka_python_consume(a: list[str]) -> None:
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
     from kafka.errors import KafkaError
 
-    bootstrap, topic, group, name, instance, session_ms = a
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap.split(","),
-        group_id=group,
-        group_instance_id=None if instance == "-" else instance,
-        client_id=name,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=int(session_ms),
-        heartbeat_interval_ms=1000,
-        fetch_max_wait_ms=200,
-        retry_backoff_ms=100,
-        request_timeout_ms=15000,
-    )
+    bootstrap, topic, settings = _consumer_settings(a)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), **settings)
     pending: dict[int, int] = {}
 
     def generation() -> int | None:
@@ -154,20 +164,8 @@ async def aiokafka_consume(a: list[str]) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
     from aiokafka.errors import KafkaError
 
-    bootstrap, topic, group, name, instance, session_ms = a
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        group_instance_id=None if instance == "-" else instance,
-        client_id=name,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=int(session_ms),
-        heartbeat_interval_ms=1000,
-        fetch_max_wait_ms=200,
-        retry_backoff_ms=100,
-        request_timeout_ms=15000,
-    )
+    bootstrap, topic, settings = _consumer_settings(a)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **settings)
     pending: dict[int, int] = {}
 
     def generation() -> int | None:
