@@ -511,10 +511,9 @@ def _figure(
         f"Fetch with 1 client: its replies carry up to 10 partitions x 1 MiB "
         "(max.partition.fetch.bytes), 10 clients' one partition each; the gateway's CPU per MB "
         f"is {one / max(ten, 1e-12):.1f}x higher for the large replies ({one * 1000:.1f} vs "
-        f"{ten * 1000:.1f} ms/MB, gw). app/gateway/upstream.py's UpstreamLink.data_received "
-        "joins a partly buffered reply with each new read (bytes(buf) per read until the frame "
-        "is whole): quadratic in the frame size, where app/kafka's client side waits for the "
-        "frame's size first."
+        f"{ten * 1000:.1f} ms/MB, gw). A large reply is one frame the relay receives whole "
+        "(copied once into one buffer, app/gateway/upstream.py) before it is written on; a "
+        "single connection's fetch is one stream through one event loop."
     )
     load1, load5, _ = os.getloadavg()
     notes.append(
