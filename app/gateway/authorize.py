@@ -351,14 +351,19 @@ def _fetch(frame: bytes, version: int, caller: Caller) -> Verdict | None:
 def _metadata(frame: bytes, version: int, caller: Caller) -> Verdict:
     req = _Request.decode(frame, 3, version, caller.limits)
     requested = req.body.topics
+    # every topic: a null list, or in v0 an empty one (so a v0 list emptied of its denied
+    # topics asks for every topic: the reply keeps only the named ones)
+    every = requested is None or (version == 0 and not requested)
     denied: list[Any] = []
     kept: list[Any] = []
+    named: set[str] = set()
     for t in requested or ():
         resource = _topic(t, caller)
         if resource is None or not caller.may(Op.DESCRIBE, TOPIC, resource[1]):
             denied.append(t)
         else:
             kept.append(t)
+            named.add(resource[1])
     creating = bool(getattr(req.body, "allow_auto_topic_creation", False))
     may_create = caller.may(Op.CREATE, CLUSTER, CLUSTER_NAME, log=False)
     no_create = set()
@@ -378,10 +383,13 @@ def _metadata(frame: bytes, version: int, caller: Caller) -> Verdict:
         topics = []
         for t in body.topics:
             name = str(t.name) if t.name is not None else None
-            if name is None or (
-                requested is None and not caller.may(Op.DESCRIBE, TOPIC, name, log=False)
-            ):
-                continue  # all topics asked for: the ones it may not see are left out
+            if name is None:
+                continue
+            if every:
+                if not caller.may(Op.DESCRIBE, TOPIC, name, log=False):
+                    continue  # all topics asked for: the ones it may not see are left out
+            elif name not in named:
+                continue  # not asked for (or asked for and denied: answered below)
             if name in no_create and int(t.error_code) == UNKNOWN_TOPIC_OR_PARTITION:
                 t = dataclasses.replace(
                     t, error_code=type(t.error_code)(TOPIC_AUTHORIZATION_FAILED)

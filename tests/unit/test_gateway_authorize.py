@@ -378,3 +378,17 @@ def test_authorize_any_follows_kafkas_deny_coverage() -> None:
     b = Authorizer([acl(TOPIC, "orders", Op.WRITE), acl(TOPIC, "other", Op.WRITE, DENY)])
     assert b.authorize_any("User:alice", "h", Op.WRITE, TOPIC)
     assert not b.authorize_any("User:bob", "h", Op.WRITE, TOPIC)
+
+
+def test_metadata_v0_with_every_named_topic_denied_lists_none_of_the_others() -> None:
+    """In v0 an empty topic list means every topic: the request emptied of its denied topics
+    must not reveal the rest."""
+    verdict = check(metadata(0, ["payroll"]), 3, 0, caller())
+    assert verdict is not None and verdict.edit is not None
+    assert relayed_body(verdict, 3, 0).topics == ()
+    body = verdict.edit(metadata_reply(0, ("orders", 0), ("payroll", 0), ("public-x", 0)))
+    assert [(t.name, int(t.error_code)) for t in body.topics] == [("payroll", 29)]
+    every = check(metadata(0, []), 3, 0, caller())
+    assert every is not None and every.edit is not None
+    body = every.edit(metadata_reply(0, ("orders", 0), ("payroll", 0), ("public-x", 0)))
+    assert [t.name for t in body.topics] == ["orders", "public-x"]
