@@ -75,12 +75,17 @@ def worker_processes() -> int:
 
 
 def run_workers(
-    module: str, args: Sequence[dict[str, Any]], timeout: float = 600.0
+    module: str,
+    args: Sequence[dict[str, Any]],
+    timeout: float = 600.0,
+    command: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run `module.worker(args[i])` (an async function returning a JSON-able dict) in one OS
     process per entry, all at once; return their results in order. A failing worker fails
     the figure with its stderr. Results travel through files, not pipes: a pipe read after a
-    worker exits can come back cut short, and several pipes read in turn can stall a writer."""
+    worker exits can come back cut short, and several pipes read in turn can stall a writer.
+    `command`: a program of its own instead, run with the entry's JSON and the result file's
+    path as its last two arguments."""
     out_dir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     procs = []
     code = (
@@ -89,13 +94,14 @@ def run_workers(
         "result = run_async(worker(json.loads(sys.argv[1])))\n"
         "with open(sys.argv[2], 'w') as f:\n    json.dump(result, f)\n"
     )
+    argv = list(command) if command is not None else [sys.executable, "-c", code]
     try:
         for i, a in enumerate(args):
             err = open(out_dir / f"{i}.err", "wb")  # noqa: SIM115 - closed below
             procs.append(
                 (
                     subprocess.Popen(
-                        [sys.executable, "-c", code, json.dumps(a), str(out_dir / f"{i}.json")],
+                        [*argv, json.dumps(a), str(out_dir / f"{i}.json")],
                         cwd=ROOT,
                         stdout=subprocess.DEVNULL,
                         stderr=err,

@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,11 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import run_async, worker_processes
+from bench.common import run_async, run_workers, worker_processes
 from bench.databases import pg_admin, pg_url
 from bench.gateway_worker import RECORD, SAMPLE
 from bench.probes import CpuWindow
-from bench.report import ROOT, BenchOptions, Figure, fmt_ms, fmt_pct, median, percentile
+from bench.report import BenchOptions, Figure, fmt_ms, fmt_pct, median, percentile
 from tests.support.kafka_broker import JVM_OPTS, KAFKA_VERSION, KafkaBroker
 from tests.support.nodes import CoordinatorProcess
 from tests.support.ports import free_port_block
@@ -301,43 +300,9 @@ def one_run(
 
 
 def _run_workers(args: Sequence[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
-    """bench.common.run_workers' way (one OS process per entry, results through files, a failing
-    worker fails the figure with its stderr), with the light bench.gateway_worker."""
-    out = Path(tempfile.mkdtemp(prefix="bench-gw-workers-"))
-    procs: list[tuple[subprocess.Popen[bytes], Any]] = []
-    try:
-        for i, a in enumerate(args):
-            err = open(out / f"{i}.err", "wb")  # noqa: SIM115 - closed below
-            cmd = [
-                sys.executable,
-                "-m",
-                "bench.gateway_worker",
-                json.dumps(a),
-                str(out / f"{i}.json"),
-            ]
-            procs.append(
-                (subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err), err)
-            )
-        deadline = time.monotonic() + timeout
-        results = []
-        for i, (p, err) in enumerate(procs):
-            try:
-                p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"gateway worker timed out after {timeout:.0f} s") from None
-            err.close()
-            if p.returncode != 0:
-                tail = (out / f"{i}.err").read_text(errors="replace")[-4000:]
-                raise RuntimeError(f"gateway worker failed ({p.returncode}):\n{tail}")
-            results.append(json.loads((out / f"{i}.json").read_text()))
-        return results
-    finally:
-        for p, err in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            err.close()
-        shutil.rmtree(out, ignore_errors=True)
+    """bench.common.run_workers with the light bench.gateway_worker as each process."""
+    module = "bench.gateway_worker"
+    return run_workers(module, args, timeout, command=[sys.executable, "-m", module])
 
 
 def _rotated(targets: list[Target], i: int) -> list[Target]:

@@ -306,8 +306,7 @@ Check = Callable[[bytes, int, Caller], "Verdict | None"]
 
 def _entries(api_key: int, spec: Entries | Callable[[int], Entries]) -> Check:
     def check(frame: bytes, version: int, caller: Caller) -> Verdict | None:
-        entries = spec(version) if callable(spec) and not isinstance(spec, Entries) else spec
-        assert isinstance(entries, Entries)
+        entries = spec if isinstance(spec, Entries) else spec(version)
         return entries.check(_Request.decode(frame, api_key, version, caller.limits), caller)
 
     return check

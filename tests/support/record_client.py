@@ -80,6 +80,16 @@ def _consumer_settings(a: list[str]) -> tuple[str, str, dict[str, Any]]:
     )
 
 
+def took(batches: Any, pending: dict[int, int]) -> None:
+    """Report a poll's records (kafka-python's and aiokafka's {partition: [record]}) and move
+    each partition's offset to commit past them."""
+    got = [[r.partition, r.offset, r.value.decode()] for rs in batches.values() for r in rs]
+    if got:
+        emit("records", records=got)
+        for p, o, _ in got:
+            pending[p] = max(pending.get(p, 0), o + 1)
+
+
 # --- kafka-python ------------------------------------------------------------------------------
 
 
@@ -121,11 +131,7 @@ def kafka_python_consume(a: list[str]) -> None:
             emit("poll_error", error=repr(e))
             time.sleep(0.2)
             continue
-        got = [[r.partition, r.offset, r.value.decode()] for rs in batches.values() for r in rs]
-        if got:
-            emit("records", records=got)
-            for p, o, _ in got:
-                pending[p] = max(pending.get(p, 0), o + 1)
+        took(batches, pending)
         if pending:
             try:
                 consumer.commit(
@@ -196,11 +202,7 @@ async def aiokafka_consume(a: list[str]) -> None:
             emit("poll_error", error=repr(e))
             await asyncio.sleep(0.2)
             continue
-        got = [[r.partition, r.offset, r.value.decode()] for rs in batches.values() for r in rs]
-        if got:
-            emit("records", records=got)
-            for p, o, _ in got:
-                pending[p] = max(pending.get(p, 0), o + 1)
+        took(batches, pending)
         if pending:
             try:
                 await consumer.commit({TopicPartition(topic, p): o for p, o in pending.items()})

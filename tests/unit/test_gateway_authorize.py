@@ -392,3 +392,44 @@ def test_metadata_v0_with_every_named_topic_denied_lists_none_of_the_others() ->
     assert every is not None and every.edit is not None
     body = every.edit(metadata_reply(0, ("orders", 0), ("payroll", 0), ("public-x", 0)))
     assert [t.name for t in body.topics] == ["orders", "public-x"]
+
+
+def test_list_offsets_and_offset_for_leader_epoch_need_describe() -> None:
+    def list_offsets(topic: str) -> bytes:
+        return frame(
+            2,
+            7,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        )
+
+    def epochs(topic: str) -> bytes:
+        return frame(
+            23,
+            4,
+            replica_id=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [{"partition": 1, "current_leader_epoch": -1, "leader_epoch": 0}],
+                }
+            ],
+        )
+
+    assert check(list_offsets("public-x"), 2, 7, caller()) is None  # DESCRIBE by prefix
+    assert check(epochs("orders"), 23, 4, caller()) is None  # WRITE implies DESCRIBE
+    body = local(check(list_offsets("payroll"), 2, 7, caller()), 2, 7)
+    assert [(t.name, int(t.partitions[0].error_code)) for t in body.topics] == [("payroll", 29)]
+    body = local(check(epochs("payroll"), 23, 4, caller()), 23, 4)
+    assert [
+        (t.topic, int(t.partitions[0].partition), int(t.partitions[0].error_code))
+        for t in body.topics
+    ] == [("payroll", 1, 29)]
