@@ -42,6 +42,7 @@ from api.deps import (
 )
 from api.errors import status_of
 from api.sessions import ConsoleSessions
+from api.ui import views
 from app.admin import AdminError, AdminService, NotFound
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.security.audit import audit
@@ -63,14 +64,7 @@ static = StaticFiles(directory=HERE / "static")
 def _ago(ms: int | None) -> str:
     if not ms or ms < 0:
         return "—"
-    s = max(0, time.time() - ms / 1000)
-    if s < 90:
-        return f"{s:.0f} s ago"
-    if s < 5400:
-        return f"{s / 60:.0f} min ago"
-    if s < 172800:
-        return f"{s / 3600:.1f} h ago"
-    return f"{s / 86400:.0f} days ago"
+    return f"{views.duration(time.time() * 1000 - ms)} ago"
 
 
 def _when(ms: int | None) -> str:
@@ -91,7 +85,8 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-templates.filters.update(ago=_ago, when=_when, partitions=_partitions, quote=_segment)
+templates.filters.update(ago=_ago, when=_when, partitions=_partitions, quote=_segment,
+                         amount=views.amount, source=views.offset_source)  # fmt: skip
 
 
 def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -197,12 +192,14 @@ async def groups_page(request: Request, state: str = "", q: str = "") -> Respons
             g for g in groups
             if access.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g["group_id"])
         ]  # fmt: skip
+    # the banner counts every group the caller may see, whatever the search hides
+    split = views.split_groups(groups)
     if q:
         groups = [g for g in groups if q.lower() in g["group_id"].lower()]
     # one page is bounded whatever the cluster holds: the in-memory summaries, no per-group read
     shown = groups[:MAX_ROWS]
     return page(request, "groups.html", groups=shown, total=len(groups), state=state, q=q,
-                states=STATES, caller=caller, max_rows=MAX_ROWS)  # fmt: skip
+                states=STATES, caller=caller, max_rows=MAX_ROWS, split=split)  # fmt: skip
 
 
 async def _timeline_or_empty(admin: AdminService, group_id: str) -> list[dict[str, Any]]:
@@ -229,13 +226,21 @@ async def group_page(request: Request, group_id: str) -> Response:
         title = "Unknown group" if isinstance(e, NotFound) else "Group unavailable"
         return error_page(request, status_of(e), title, e.message)
     if not access.caller.full:
-        g["offsets"] = [
-            o for o in g["offsets"]
-            if access.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, o["topic"])
-        ]  # fmt: skip
+        views.restrict(
+            g, lambda topic: access.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+        )
     marks = await _timeline_or_empty(admin, group_id)
-    return page(request, "group.html", g=g, marks=marks[-200:], plot=_plot(marks[-60:]),
-                caller=caller)  # fmt: skip
+    return page(request, "group.html", **group_context(g, marks), caller=caller)
+
+
+def group_context(g: dict[str, Any], marks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What group.html renders of a described group (AdminService.describe_group) and its
+    timeline marks."""
+    lag = g.get("lag") or {}
+    return {
+        "g": g, "marks": marks[-200:], "plot": _plot(marks[-60:]), "lag": lag,
+        "lag_rows": views.lag_rows(g), "spark": views.sparkline(lag.get("history") or []),
+    }  # fmt: skip
 
 
 def _plot(marks: list[dict[str, Any]]) -> dict[str, Any]:

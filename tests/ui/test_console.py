@@ -6,8 +6,12 @@ Screenshots of every page go to artifacts/console/ (ignored; the README shows tw
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import struct
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ import pytest
 
 from tests.support.browser import chromium
 from tests.support.consumers import ConsumerProcess, Consumers
+from tests.support.kafka_client import KafkaTestClient
 from tests.support.nodes import ROOT, CoordinatorProcess, postgres_nodes
 
 pytestmark = [pytest.mark.integration]
@@ -255,3 +260,162 @@ def test_console_actions_register_withdraw_reset_delete(billing: Billing) -> Non
         page.click("#confirm-ok")
         page.wait_for_url("**/ui/groups")
         assert "idle" not in [g["group_id"] for g in api(node, "/groups")]
+
+
+# ==== a group whose leader's assignment leaves a partition out ================================
+
+
+def _str16(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def subscription(*topics: str) -> bytes:
+    """ConsumerProtocolSubscription v0: the topics, no user data."""
+    return struct.pack(">hi", 0, len(topics)) + b"".join(map(_str16, topics)) + b"\xff" * 4
+
+
+def assignment(topic: str, partitions: list[int]) -> bytes:
+    """ConsumerProtocolAssignment v0 of one topic."""
+    parts = b"".join(struct.pack(">i", p) for p in partitions)
+    return (
+        struct.pack(">hi", 0, 1)
+        + _str16(topic)
+        + struct.pack(">i", len(partitions))
+        + parts
+        + b"\xff" * 4
+    )
+
+
+class CustomGroup:
+    """One static consumer member speaking raw frames (tests/support/kafka_client.py), leader
+    of its group, whose SyncGroup carries the test's own assignment (a custom assignor's),
+    commits `commits` and heartbeats until the test is done; in a thread of its own, since
+    the test drives the browser through Playwright's synchronous API."""
+
+    def __init__(self, node: CoordinatorProcess, group: str, topic: str, owned: list[int],
+                 commits: dict[tuple[str, int], int]) -> None:  # fmt: skip
+        self.node, self.group, self.topic, self.owned, self.commits = (
+            node, group, topic, owned, commits
+        )  # fmt: skip
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"group-{group}", daemon=True)
+
+    def __enter__(self) -> CustomGroup:
+        self.thread.start()
+        if not self.ready.wait(20) or self.error is not None:
+            self.stop.set()
+            raise AssertionError(f"group {self.group} did not form: {self.error!r}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._member())
+        except BaseException as e:  # seen by __enter__ (or lost once the test has its group)
+            self.error = e
+            self.ready.set()
+
+    async def _member(self) -> None:
+        c = await KafkaTestClient.connect(*self.node.address, client_id="custom-assignor")
+        try:
+            instance = f"{self.group}-0"
+            join = await c.join_group(
+                self.group, group_instance_id=instance, session_timeout_ms=30_000,
+                protocols=[("range", subscription(self.topic))],
+            )  # fmt: skip
+            assert join.error_code == 0 and join.leader == join.member_id, join
+            gen, me = join.generation_id, join.member_id
+            sync = await c.sync_group(
+                self.group, gen, me, group_instance_id=instance,
+                assignments={me: assignment(self.topic, self.owned)},
+            )  # fmt: skip
+            assert sync.error_code == 0, sync
+            done = await c.offset_commit(
+                self.group, self.commits, generation_id=gen, member_id=me,
+                group_instance_id=instance,
+            )  # fmt: skip
+            assert all(p.error_code == 0 for t in done.topics for p in t.partitions), done
+            self.ready.set()
+            while not self.stop.is_set():
+                await asyncio.sleep(0.5)
+                beat = await c.heartbeat(self.group, gen, me, group_instance_id=instance)
+                assert beat.error_code == 0, beat
+        finally:
+            await c.close()
+
+
+def wait_for(what: str, pred: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return got
+
+
+def test_console_flags_a_partition_the_assignor_left_out(tmp_path: Path) -> None:
+    """Without the gateway: a Stable group whose leader assigned t-0 and t-1 of t's three
+    partitions. The ownership watch flags t-2 on the groups page; the group page lists it, and
+    reads lag as unknown (no upstream, no log-end offsets) with the reason."""
+    env = {**ENV, "COORD_TOPICS": "t:3", "COORD_OWNERSHIP_CHECK_INTERVAL_MS": "200"}
+    node = CoordinatorProcess(f"sqlite+aiosqlite:///{tmp_path}/c.db", tmp_path, env)
+    node.start()
+    try:
+        with CustomGroup(node, "skewed", "t", [0, 1], {("t", 0): 7}), chromium() as browser:
+            # the REST API first: what the pages must agree with
+            described = api(node, "/groups/skewed")
+            assert described["state"] == "Stable"
+            assert described["ownership"]["unowned"] == [{"topic": "t", "partition": 2}]
+            assert described["ownership"]["doubly_owned"] == []
+            assert described["upstream"] is None
+            lag = described["lag"]
+            assert lag["known"] is False and lag["total"] is None and lag["problem"]
+            assert [(p["topic"], p["partition"], p["committed_offset"], p["lag"])
+                    for p in lag["partitions"]] == [("t", 0, 7, None)]  # fmt: skip
+            # the groups row's flag comes from the periodic watch (every 200 ms here)
+            row = wait_for(
+                "the ownership watch to flag skewed",
+                lambda: next((g for g in api(node, "/groups") if g["group_id"] == "skewed"
+                              and g["unowned_partitions"]), None),
+            )  # fmt: skip
+            assert (row["unowned_partitions"], row["doubly_owned_partitions"]) == (1, 0)
+            assert (row["upstream_members"], row["lag"]) == (0, None)
+
+            page = browser.new_page()
+            log_in(page, node)
+            tr = page.locator("#groups tr[data-group=skewed]")
+            flag = tr.locator("td.flags span.flag-unowned")
+            flag.wait_for(timeout=10_000)
+            assert "1 unowned" in flag.inner_text()
+            assert tr.locator("span.flag-doubly, span.flag-upstream").count() == 0
+            assert tr.locator("td.lag").inner_text() == "unknown"
+            assert page.locator("#split-banner").count() == 0
+            shot(page, "groups-unowned")
+
+            page.click("#groups a:text-is('skewed')")
+            page.wait_for_selector("#unowned")
+            assert "warning" in (page.get_attribute("#unowned", "class") or "")
+            items = page.locator("#unowned li").evaluate_all(
+                "items => items.map(li => li.dataset.partition)"
+            )
+            assert items == ["t-2"], items
+            assert page.locator('#unowned li[data-partition="t-2"]').inner_text() == "t-2"
+            assert page.locator("#doubly-owned, #upstream-banner").count() == 0
+            total = page.locator("#lag-total").inner_text()
+            assert "unknown" in total and "no upstream" in total, total
+            r = page.locator('#lag tr[data-partition="t-0"]')
+            assert r.locator("td.committed").inner_text() == "7"
+            assert r.locator("td.log-end").inner_text() == "unknown"
+            assert r.locator("td.lag").inner_text() == "unknown"
+            assert re.fullmatch(r"\d+ s ago", r.locator("td.since").inner_text())
+            assert page.get_attribute("#lag-sparkline", "data-points") == "0"
+            assert "no samples yet" in page.locator("#lag-sparkline").text_content()
+            assert "committed by a member" in page.locator("#offsets").inner_text()
+            shot(page, "group-unowned")
+    finally:
+        node.kill()
