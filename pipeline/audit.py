@@ -24,7 +24,9 @@ How the log answers each question (app/group/records.py):
   that emptied the group writes a record without members.
 - An OFFSET_COMMIT belongs to the generation of the group's latest metadata record before it
   in the log (commits are refused while a group completes a rebalance). Resets are commits
-  with `source` = reset (OffsetValue v1).
+  with `source` = reset (OffsetValue v1), imports those with `source` = upstream (v2: the
+  upstream cluster's committed offsets, taken when a group moved in through the gateway);
+  either may move a position back whatever the generation.
 - STATIC_REGISTRATION records open a pre-registered scale-up (expected instances), mark its
   expansion start, and close it (empty expected, `dropped` = who never came).
 """

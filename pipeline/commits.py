@@ -24,9 +24,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.decode import _be, _binary_parts, _signed
+from app.group.records import OFFSET_SOURCE_RESET, OFFSET_SOURCE_UPSTREAM
+from pipeline.decode import _be, _binary_parts, _signed, offset_value_layout
 
-SOURCE_RESET = 1
+SOURCE_RESET = OFFSET_SOURCE_RESET  # an admin's reset (OffsetValue v1)
+SOURCE_UPSTREAM = OFFSET_SOURCE_UPSTREAM  # imported from the upstream cluster (gateway, v2)
+# the sources that may move a position whatever the generation: never a violation
+ANY_GENERATION = (SOURCE_RESET, SOURCE_UPSTREAM)
 # commits folded at once when the workers read the row groups: a worker holds the row groups,
 # keys and values and a dozen numpy columns of them, and larger folds leave fewer partials to
 # join; this one keeps a worker's memory bounded (the measurements: bench/README_audit.md)
@@ -72,6 +76,7 @@ PARTIAL_SCHEMA = pa.schema(
         ("commits", pa.int64()),
         ("member_commits", pa.int64()),
         ("resets", pa.int64()),
+        ("imports", pa.int64()),
         ("tombstones", pa.int64()),
         ("first_commit_ms", pa.int64()),
         ("last_commit_ms", pa.int64()),
@@ -165,19 +170,11 @@ def partial_batch(
     name_ok, gid, topic, partition = _names(by_name.dictionary)
     key_ok = name_ok[code]
     vd, vs, vl, live = _binary_parts(batch.column("value"))
-    vok = live & (vl >= 18)
-    version = _signed(_be(vd, vs, 2, vok), 2)
-    mlen = _signed(_be(vd, vs + 14, 4, vok), 4).astype(np.int64)
-    need = 34 + np.where(mlen >= 0, mlen, 0) + np.where(version >= 1, 2, 0)
-    vok &= (mlen >= 0) & (vl >= need)
-    mlen = np.where(vok, mlen, 0)
+    vok, _, mlen, source, _ = offset_value_layout(vd, vs, vl, live)
     tomb = ~live
     ok = key_ok & (tomb | vok)
     co = _signed(_be(vd, vs + 2, 8, vok), 8)
     ts = _signed(_be(vd, vs + 18 + mlen, 8, vok), 8)
-    source = np.where(
-        version >= 1, _signed(_be(vd, vs + 34 + mlen, 2, vok & (version >= 1)), 2), 0
-    ).astype(np.int16)
 
     lp = np.asarray(batch.column("log_partition").fill_null(-1), np.int64)
     lo = np.asarray(batch.column("log_offset").fill_null(-1), np.int64)
@@ -218,7 +215,8 @@ def partial_batch(
     regression = both_live & (delta < 0)
     prev_gen = np.concatenate([[0], gen[:-1]])
     prev_inc = np.concatenate([[0], inc[:-1]])
-    violation = ok & regression & (source != SOURCE_RESET) & (gen == prev_gen) & (inc == prev_inc)
+    free = np.isin(source, ANY_GENERATION)  # a reset or an import: any generation's
+    violation = ok & regression & ~free & (gen == prev_gen) & (inc == prev_inc)
 
     okl = ok & live
     big = np.iinfo(np.int64).max
@@ -267,8 +265,9 @@ def partial_batch(
         "live_last_lo": at(lo, l_live, has_live, pa.int64()),
         "live_last_co": at(co, l_live, has_live, pa.int64()),
         "commits": per_seg(1, okl),
-        "member_commits": per_seg(1, okl & (source != SOURCE_RESET)),
+        "member_commits": per_seg(1, okl & ~free),
         "resets": per_seg(1, okl & (source == SOURCE_RESET)),
+        "imports": per_seg(1, okl & (source == SOURCE_UPSTREAM)),
         "tombstones": per_seg(1, ok & tomb),
         "first_commit_ms": reduce(np.minimum, ts, okl, big),
         "last_commit_ms": reduce(np.maximum, ts, okl, small),
@@ -343,6 +342,7 @@ COMBINED_SCHEMA = pa.schema(
                 "commits",
                 "member_commits",
                 "resets",
+                "imports",
                 "tombstones",
                 "first_commit_ms",
                 "last_commit_ms",
@@ -425,7 +425,7 @@ def _join_stretches(
     step_violation = (
         step
         & (delta < 0)
-        & (arr("first_source") != SOURCE_RESET)
+        & ~np.isin(arr("first_source"), ANY_GENERATION)
         & (arr("first_gen") == prev(arr("last_gen")))
         & (arr("first_inc") == prev(arr("last_inc")))
     )
@@ -458,6 +458,7 @@ def _join_stretches(
         "commits": total("commits"),
         "member_commits": total("member_commits"),
         "resets": total("resets"),
+        "imports": total("imports"),
         "tombstones": total("tombstones"),
         "offset_advance": total("offset_advance", np.where(delta > 0, delta, 0)),
         "offset_rewound": total("offset_rewound", np.where(delta < 0, -delta, 0)),

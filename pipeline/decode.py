@@ -250,7 +250,7 @@ def decode_registration_rows(rows: dict[str, list[Any]]) -> list[dict[str, Any]]
 # ==== offset commits: vectorised over Arrow buffers ============================================
 # key   = i16 version | str group | str topic | i32 partition          (str = i32 length + UTF-8)
 # value = i16 version | i64 offset | i32 leader epoch | str metadata | i64 commit ts
-#         | i64 expire ts | (v1) i16 source
+#         | i64 expire ts | (v1) i16 source | (v2) str origin
 # Offset commits are the bulk of a log: they are decoded with numpy over the Arrow buffers of
 # a whole batch (no Python loop per record); a record shorter than its layout says is flagged.
 
@@ -269,6 +269,7 @@ OFFSET_SCHEMA = pa.schema(
         ("commit_timestamp_ms", pa.int64()),
         ("expire_timestamp_ms", pa.int64()),
         ("source", pa.int16()),
+        ("origin", pa.string()),  # v2: the upstream cluster of an import; "" before v2
         ("key_ok", pa.bool_()),
         ("value_ok", pa.bool_()),
     ]
@@ -329,9 +330,34 @@ def _strings(data: Any, starts: Any, lens: Any) -> pa.Array:
     ).cast(pa.string())
 
 
+def offset_value_layout(vd: Any, vs: Any, vl: Any, live: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """Of offset values (`_binary_parts`: data, starts, lengths, valid): whether each holds
+    its version's layout, its version, metadata length, source (0 before v1) and origin length
+    (0 before v2); the lengths are 0 where the layout does not hold."""
+    import numpy as np
+
+    # version(2) offset(8) epoch(4) mlen(4) metadata commit_ts(8) expire_ts(8) [source(2)]
+    # [olen(4) origin]
+    vok = live & (vl >= 18)
+    version = _signed(_be(vd, vs, 2, vok), 2)
+    mlen = _signed(_be(vd, vs + 14, 4, vok), 4).astype(np.int64)
+    need = 34 + np.where(mlen >= 0, mlen, 0) + np.where(version >= 1, 2, 0)
+    vok &= (mlen >= 0) & (vl >= need)
+    mlen = np.where(vok, mlen, 0)
+    origin = vok & (version >= 2)
+    readable = origin & (vl >= 40 + mlen)
+    olen = _signed(_be(vd, vs + 36 + mlen, 4, readable), 4).astype(np.int64)
+    vok &= ~origin | (readable & (olen >= 0) & (vl >= 40 + mlen + olen))
+    mlen = np.where(vok, mlen, 0)
+    olen = np.where(vok & origin, olen, 0)
+    source = np.where(version >= 1, _signed(_be(vd, vs + 34 + mlen, 2, vok & (version >= 1)), 2), 0)
+    return vok, version, mlen, source.astype(np.int16), olen
+
+
 def decode_offset_batch(batch: pa.RecordBatch, columns: list[str] | None = None) -> pa.RecordBatch:
     """OFFSET_SCHEMA rows, or only `columns` of them."""
     import numpy as np
+    import pyarrow.compute as pc
 
     kd, ks, kl, _ = _binary_parts(batch.column("key"))
     vd, vs, vl, live = _binary_parts(batch.column("value"))
@@ -344,15 +370,11 @@ def decode_offset_batch(batch: pa.RecordBatch, columns: list[str] | None = None)
     ok &= (tlen >= 0) & (kl >= 14 + glen + tlen)
     tlen = np.where(ok, tlen, 0)
     partition = _signed(_be(kd, ks + 10 + glen + tlen, 4, ok), 4)
-    # value: version(2) offset(8) epoch(4) mlen(4) metadata commit_ts(8) expire_ts(8) [source(2)]
-    vok = live & (vl >= 18)
-    version = _signed(_be(vd, vs, 2, vok), 2)
-    mlen = _signed(_be(vd, vs + 14, 4, vok), 4).astype(np.int64)
-    need = 34 + np.where(mlen >= 0, mlen, 0) + np.where(version >= 1, 2, 0)
-    vok &= (mlen >= 0) & (vl >= need)
-    mlen = np.where(vok, mlen, 0)
-    source = np.where(version >= 1, _signed(_be(vd, vs + 34 + mlen, 2, vok & (version >= 1)), 2), 0)
+    vok, version, mlen, source, olen = offset_value_layout(vd, vs, vl, live)
     dead = ~live
+    origin = pc.if_else(
+        pa.array(dead), pa.nulls(len(dead), pa.string()), _strings(vd, vs + 40 + mlen, olen)
+    )
 
     def col(values: Any, typ: pa.DataType) -> pa.Array:
         return pa.array(values, type=typ, mask=dead)
@@ -371,7 +393,8 @@ def decode_offset_batch(batch: pa.RecordBatch, columns: list[str] | None = None)
             col(_signed(_be(vd, vs + 10, 4, vok), 4), pa.int32()),
             col(_signed(_be(vd, vs + 18 + mlen, 8, vok), 8), pa.int64()),
             col(_signed(_be(vd, vs + 26 + mlen, 8, vok), 8), pa.int64()),
-            col(source.astype(np.int16), pa.int16()),
+            col(source, pa.int16()),
+            origin,
             pa.array(ok),
             pa.array(dead | vok),
         ],
@@ -434,6 +457,7 @@ def decode_offsets_sql(rows: Any) -> Any:
     )
     # key: version(2) glen(4) group topic-len(4) topic partition(4)
     # value: version(2) offset(8) epoch(4) mlen(4) metadata commit_ts(8) expire_ts(8) [source(2)]
+    #        [olen(4) origin]
     df = df.select(
         "*",
         _sql_int(c("key"), F.lit(2), 4, c("_kl") >= 6).alias("_glen"),
@@ -448,10 +472,20 @@ def decode_offsets_sql(rows: Any) -> Any:
         c("_version") >= 1, 36
     ).otherwise(34)
     vok = c("_vok1") & (c("_mlen") >= 0) & (c("_vl") >= need)
-    df = df.select("*", ok.alias("_ok1"), vok.alias("_vok")).select(
+    df = df.select("*", ok.alias("_ok1"), vok.alias("_vok2"))
+    # v2: the origin's length after the source (as offset_value_layout)
+    m = F.when(c("_vok2"), c("_mlen")).otherwise(zero)
+    origin = c("_vok2") & (c("_version") >= 2)
+    readable = origin & (c("_vl") >= m + 40)
+    df = df.select("*", _sql_int(c("value"), m + 36, 4, readable).alias("_olen"))
+    vok = c("_vok2") & (
+        ~origin | (readable & (c("_olen") >= 0) & (c("_vl") >= m + 40 + c("_olen")))
+    )
+    df = df.select("*", vok.alias("_vok")).select(
         "*",
         F.when(c("_ok1"), c("_glen")).otherwise(zero).alias("_g"),
         F.when(c("_vok"), c("_mlen")).otherwise(zero).alias("_m"),
+        F.when(c("_vok") & (c("_version") >= 2), c("_olen")).otherwise(zero).alias("_o"),
     )
     df = df.select("*", _sql_int(c("key"), c("_g") + 6, 4, c("_ok1")).alias("_tlen"))
     ok = c("_ok1") & (c("_tlen") >= 0) & (c("_kl") >= c("_g") + c("_tlen") + 14)
@@ -474,6 +508,9 @@ def decode_offsets_sql(rows: Any) -> Any:
         "expire_timestamp_ms": live_only(_sql_int(c("value"), c("_m") + 26, 8, c("_vok")), "long"),
         "source": live_only(
             _sql_int(c("value"), c("_m") + 34, 2, c("_vok") & (c("_version") >= 1)), "smallint"
+        ),
+        "origin": live_only(
+            c("value").substr((c("_m") + 41).cast("int"), c("_o").cast("int")), "string"
         ),
         "key_ok": c("_ok"),
         "value_ok": ~c("_live") | c("_vok"),

@@ -7,8 +7,9 @@ and every record the coordinator asks to append is appended. Operators add weath
 restarts (absorbed without a rebalance, SkipAssignment for v9 leaders), outages longer than the
 session timeout, dynamic restarts, scale-ups with and without pre-registration, scale-downs,
 forced rebalances, shutdowns with an offset reset, group deletions and node failovers (the
-partition is reloaded from its compacted log at a new epoch). The consumers and their
-coordinator are pipeline/simulation.py; the weather and the export are here.
+partition is reloaded from its compacted log at a new epoch); some groups move in through the
+gateway, their first positions imported from the upstream cluster's committed offsets. The
+consumers and their coordinator are pipeline/simulation.py; the weather and the export are here.
 
 Output is the `coordinator export` format: log.parquet (newest record per key), history.parquet
 (superseded records, as compaction would have moved them) and manifest.json.
@@ -26,6 +27,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
@@ -47,14 +49,32 @@ from pipeline.simulation import (
 )
 from storage.export import HISTORY_SCHEMA, LOG_SCHEMA
 
+# the share of groups that move in through the gateway, and the cluster id they come from
+MOVED_IN = 0.25
+UPSTREAM_CLUSTER = "MkU3OEVBNTcwNTJENDM2Qk"
+
 
 class PartitionSim(SimulatedPartition):
     """One log partition's groups under the operators' weather (restarts, outages, scale-ups
-    and downs, forced rebalances, shutdowns and resets, deletions) and node failovers."""
+    and downs, forced rebalances, shutdowns and resets, deletions), groups moving in through
+    the gateway, and node failovers."""
+
+    def __init__(
+        self,
+        partition: int,
+        groups: list[GroupSim],
+        seed: int,
+        budget: int,
+        sink: Callable[[list[tuple[Any, ...]]], None],
+    ) -> None:
+        super().__init__(partition, groups, seed, budget, sink)
+        # the gateway's draws are its own: the weather's stay those of a log without imports
+        self.gateway = random.Random(f"gateway:{seed}")
 
     def run(self) -> None:
         for g in self.groups:
-            self.at(self.rng.randint(0, 20_000), partial(self._start_group, g))
+            moved_in = self.gateway.random() < MOVED_IN
+            self.at(self.rng.randint(0, 20_000), partial(self._start_group, g, moved_in))
             self.at(self.rng.randint(60_000, 400_000), partial(self._weather, g))
         self.at(self.rng.randint(1_800_000, 7_200_000), self._failover)
         while self.appended < self.budget and self.events:
@@ -71,9 +91,25 @@ class PartitionSim(SimulatedPartition):
 
     # ---- operators ---------------------------------------------------------------------------
 
-    def _start_group(self, g: GroupSim) -> None:
+    def _start_group(self, g: GroupSim, moved_in: bool = False) -> None:
+        if moved_in:
+            self._import_offsets(g)
         for _ in range(self.rng.randint(2, 6)):
             self.at(self.rng.randint(0, 1_500), partial(self._launch, self._spawn(g)))
+
+    def _import_offsets(self, g: GroupSim) -> None:
+        """The group moves in through the gateway before its members join: the upstream
+        cluster's committed offsets (most of its partitions have one) become its positions."""
+        parts = tuple(
+            OffsetCommitPartition(t, p, self.gateway.randint(0, 50_000))
+            for t, n in sorted(g.topics.items())
+            for p in range(n)
+            if self.gateway.random() < 0.8
+        )
+        # handle 0: nobody waits for the answer (the partitions written)
+        self.apply(self.core.import_offsets(0, g.group_id, UPSTREAM_CLUSTER, parts, self.now))
+        for p in parts:
+            g.committed[(p.topic, p.partition)] = p.offset
 
     def _live(self, g: GroupSim) -> list[Client]:
         return [c for c in g.clients if c.alive]

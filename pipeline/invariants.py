@@ -32,7 +32,8 @@ INVARIANTS: dict[str, str] = {
     "assignment_within_subscription": "every member's assignment covers only topics it "
     "subscribed to (consumer protocol)",
     "offsets_monotonic_within_generation": "no committed offset goes backwards within one "
-    "generation, unless it is a reset (OffsetValue source=reset: admin API)",
+    "generation, unless it is a reset or an import (OffsetValue source=reset: admin API; "
+    "source=upstream: the upstream cluster's offsets, gateway mode)",
     "leader_is_member": "a group record with members names one of them as leader",
     "records_decode": "every record's key and value decode (group, offset, registration, "
     "consumer-protocol bytes; known record types)",

@@ -20,10 +20,13 @@ from app.group.records import RecordType
 from pipeline import written
 from pipeline.commits import (
     ACTIVITY_SCHEMA,
+    ANY_GENERATION,
     COMBINE_COUNTS_SCHEMA,
     COMBINED_SCHEMA,
     INTERVAL_SCHEMA,
     PARTIAL_SCHEMA,
+    SOURCE_RESET,
+    SOURCE_UPSTREAM,
     combine_partials,
     partial_batches,
     partial_row_groups,
@@ -36,7 +39,6 @@ from pipeline.output import AuditOutput, spark_schema
 from pipeline.scan import row_group_tasks
 from pipeline.spark import log
 
-SOURCE_RESET = 1
 # group records whose intervals each commit task receives (about 50 bytes each): past this the
 # commits are sequenced by the window, which broadcasts them the JVM's way
 MAX_SHIPPED_INTERVALS = 1_000_000
@@ -262,7 +264,7 @@ def commit_sequences(decoded: Any, window_keys: list[str]) -> Any:
             "violation",
             F.col("ok")
             & F.col("regression")
-            & (F.col("source") != SOURCE_RESET)
+            & ~F.col("source").isin(*ANY_GENERATION)  # a reset or an import: any generation's
             & (F.col("generation") == F.col("prev_generation"))
             & (F.col("incarnation") == F.col("prev_incarnation")),
         )
@@ -306,10 +308,11 @@ def _commit_aggregates() -> list[Any]:
     delta = F.col("delta")
     return [
         F.sum(good(live.cast("long"))).alias("commits"),
-        F.sum(good((live & (F.col("source") != SOURCE_RESET)).cast("long"))).alias(
+        F.sum(good((live & ~F.col("source").isin(*ANY_GENERATION)).cast("long"))).alias(
             "member_commits"
         ),
         F.sum(good((F.col("source") == SOURCE_RESET).cast("long"))).alias("resets"),
+        F.sum(good((F.col("source") == SOURCE_UPSTREAM).cast("long"))).alias("imports"),
         F.sum(good(F.col("tombstone").cast("long"))).alias("tombstones"),
         F.min(good(F.col("commit_timestamp_ms"))).alias("first_commit_ms"),
         F.max(good(F.col("commit_timestamp_ms"))).alias("last_commit_ms"),

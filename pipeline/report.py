@@ -110,6 +110,7 @@ def _headlines(t: _Tables) -> tuple[Any, Any, dict[str, int], Any, Any, list[Any
             F.count("*").alias("partitions"),
             F.countDistinct("group_id").alias("groups"),
             F.sum("resets").alias("resets"),
+            F.sum("imports").alias("imports"),
             F.sum("offset_advance").alias("advance"),
             F.sum("regressions").alias("regressions"),
         )

@@ -118,7 +118,10 @@ def _overview(d: ReportData) -> list[str]:
                     "offset commits (partitions, groups)",
                     f"{num(c['commits'])} ({num(c['partitions'])}, {num(c['groups'])})",
                 ],
-                ["offset resets; offsets advanced by", f"{num(c['resets'])}; {num(c['advance'])}"],
+                [
+                    "offset resets / imports (gateway); offsets advanced by",
+                    f"{num(c['resets'])} / {num(c['imports'])}; {num(c['advance'])}",
+                ],
             ],
         ),
         "",
@@ -324,6 +327,7 @@ def _commit_activity(d: ReportData) -> list[str]:
         "partition",
         "commits",
         "resets",
+        "imports",
         "first → last offset",
         "advanced",
         "rewound",
@@ -337,6 +341,7 @@ def _commit_activity(d: ReportData) -> list[str]:
             f"{x['topic']}-{x['partition']}",
             num(x["commits"]),
             num(x["resets"]),
+            num(x["imports"]),
             f"{num(x['first_offset'])} → {num(x['last_offset'])}",
             num(x["offset_advance"]),
             num(x["offset_rewound"]),
@@ -352,7 +357,8 @@ def _commit_activity(d: ReportData) -> list[str]:
         md_table(commit_cols, [commit_row(x) for x in busiest]) if busiest else "None.",
         "",
         "Partitions whose committed offset ever went backwards "
-        f"({num(c['regressions'])} regressions in all; resets and new generations allowed):",
+        f"({num(c['regressions'])} regressions in all; resets, imports and new generations "
+        "allowed):",
         "",
         md_table(commit_cols, [commit_row(x) for x in rewound]) if rewound else "None.",
         "",
@@ -369,6 +375,10 @@ def _commit_activity(d: ReportData) -> list[str]:
         "rebalance can also be a member that expired and rejoined before the next generation.",
         "- *Resets* are commits with OffsetValue v1 `source` = reset: generation -1, no member, "
         "group Empty (the admin API; Kafka's protocol cannot tell a group-less client from it).",
+        "- *Imports* are commits with OffsetValue v2 `source` = upstream: positions taken from "
+        "the upstream cluster's own committed offsets when the group moved in (gateway mode; "
+        "`origin` names the upstream cluster). Like a reset, an import may move a position "
+        "back in any generation.",
         "- A rebalance that never reached a durable generation (a failover or failed write in "
         "the middle) left no record and is not counted.",
         "",

@@ -39,6 +39,7 @@ SUMMARY_SCHEMA = pa.schema(
         ("committed_partitions", _I64),
         ("offset_advance", _I64),
         ("resets", _I64),
+        ("imports", _I64),
         ("static_restarts_absorbed", _I64),
         ("leader_rejoins", _I64),
         ("fenced_member_ids", _I64),
@@ -58,7 +59,7 @@ GENERATION_COLUMNS = [
     "members",
     "rebalance_ended_ms",
 ]
-ACTIVITY_COLUMNS = ["commits", "offset_advance", "resets"]
+ACTIVITY_COLUMNS = ["commits", "offset_advance", "resets", "imports"]
 # the tables whose rows are counted per group, as the summary's columns
 COUNTED = {
     "static_restarts_absorbed": "static_replacements",
@@ -92,7 +93,13 @@ def group_summary(read: Any) -> pa.Table:
     )
     activity = read("commit_activity", ["group_id", *ACTIVITY_COLUMNS])
     by_commits = activity.group_by("group_id", use_threads=False).aggregate(
-        [([], "count_all"), ("commits", "sum"), ("offset_advance", "sum"), ("resets", "sum")]
+        [
+            ([], "count_all"),
+            ("commits", "sum"),
+            ("offset_advance", "sum"),
+            ("resets", "sum"),
+            ("imports", "sum"),
+        ]
     )
     counted = {}
     for column, table in COUNTED.items():
@@ -138,6 +145,7 @@ def group_summary(read: Any) -> pa.Table:
         "committed_partitions": zero(at(by_commits, "count_all")),
         "offset_advance": at(by_commits, "offset_advance_sum"),
         "resets": zero(at(by_commits, "resets_sum")),
+        "imports": zero(at(by_commits, "imports_sum")),
         **{column: zero(at(counted[column], "count_all")) for column in COUNTED},
     }
     return pa.Table.from_arrays(
@@ -209,6 +217,7 @@ def spark_group_summary(output: AuditOutput, gens: Any, activity: Any, violation
             rows_of("commits").alias("committed_partitions"),
             F.sum(of("commits", "offset_advance")).alias("offset_advance"),
             F.coalesce(F.sum(of("commits", "resets")), F.lit(0)).alias("resets"),
+            F.coalesce(F.sum(of("commits", "imports")), F.lit(0)).alias("imports"),
             *(rows_of(name).alias(name) for name in counted),
             (has_gen | has_commits).alias("_listed"),
         )

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from app.group.records import (
     OFFSET_SOURCE_RESET,
+    OFFSET_SOURCE_UPSTREAM,
     GroupMetadataValue,
     MemberValue,
     OffsetValue,
@@ -101,9 +102,15 @@ class LogBuilder:
         r = group_record(gid, None)
         return self.add(r.type, r.key, None, at)
 
-    def commit(self, gid: str, topic: str, p: int, offset: int, at: int, source: int = 0) -> int:
-        r = offset_record(gid, topic, p, OffsetValue(offset, -1, "", at, -1, source))
+    def commit(
+        self, gid: str, topic: str, p: int, offset: int, at: int, source: int = 0, origin: str = ""
+    ) -> int:
+        r = offset_record(gid, topic, p, OffsetValue(offset, -1, "", at, -1, source, origin))
         return self.add(r.type, r.key, r.value, at)
+
+    def imported(self, gid: str, topic: str, p: int, offset: int, at: int) -> int:
+        """An offset imported from the upstream cluster (gateway mode): OffsetValue v2."""
+        return self.commit(gid, topic, p, offset, at, OFFSET_SOURCE_UPSTREAM, "cluster-x")
 
     def registration(
         self,
@@ -305,6 +312,24 @@ def known_log(out: Path, duplicate: bool = True, **write: Any) -> Path:
         "member joined",
         T + 11_500,
     )
+    # -- g-import: moved in through the gateway: the upstream cluster's offsets imported
+    #    (OffsetValue v2) before its member joins, and t13-0's once more in generation 1,
+    #    backwards: like a reset, an import may move a position in any generation
+    b.imported("g-import", "t13", 0, 500, T + 10_000)
+    b.imported("g-import", "t13", 1, 40, T + 10_000)
+    b.group(
+        "g-import",
+        T + 12_000,
+        1,
+        [member("im-1", None, ("t13",), t13=[0, 1])],
+        "im-1",
+        "member joined",
+        T + 11_000,
+    )
+    b.commit("g-import", "t13", 0, 520, T + 13_000)
+    b.commit("g-import", "t13", 1, 45, T + 13_000)
+    b.imported("g-import", "t13", 0, 300, T + 14_000)  # 520 -> 300 in generation 1: allowed
+    b.commit("g-import", "t13", 0, 310, T + 15_000)
     # ---- corrupted groups: each must be flagged by exactly its invariant -----------------
     b.group("bad-gen", T + 10_000, 4, [member("g-1", None, ("t8",), t8=[0])], "g-1")
     b.group("bad-gen", T + 11_000, 3, [member("g-1", None, ("t8",), t8=[0])], "g-1")

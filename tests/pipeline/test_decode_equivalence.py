@@ -46,7 +46,7 @@ def _reference(key: bytes, value: bytes | None) -> dict[str, Any] | None:
         return None
     row: dict[str, Any] = {"group_id": group, "topic": topic, "partition": partition}
     if value is None:
-        return row | {"tombstone": True, "committed_offset": None, "source": None}
+        return row | {"tombstone": True, "committed_offset": None, "source": None, "origin": None}
     try:
         v = decode_offset_value(value)
     except Exception:
@@ -59,6 +59,7 @@ def _reference(key: bytes, value: bytes | None) -> dict[str, Any] | None:
         "commit_timestamp_ms": v.commit_timestamp,
         "expire_timestamp_ms": v.expire_timestamp,
         "source": v.source,
+        "origin": v.origin,
     }
 
 
@@ -79,7 +80,7 @@ def test_generated_log_has_every_record_type_and_version(generated: Path) -> Non
     types = {rt for rt, _ in seen}
     assert types == {t.value for t in RecordType}
     offsets = {v for rt, v in seen if rt == RecordType.OFFSET_COMMIT.value}
-    assert {0, 1} <= offsets  # member commits (v0), resets (v1)
+    assert {0, 1, 2} <= offsets  # member commits (v0), resets (v1), imports (v2)
     groups = {v for rt, v in seen if rt == RecordType.GROUP_METADATA.value}
     assert groups - {None}  # the generator writes the current group value version
 
@@ -127,7 +128,9 @@ def test_decoders_give_the_same_values_when_asked_for_fewer_columns(
 def test_decoders_agree_on_records_cut_short(spark: Any) -> None:
     rng = random.Random(5)
     rows: dict[str, list[Any]] = {c: [] for c in INPUT_COLUMNS}
+    raw: dict[int, tuple[bytes | None, bytes | None]] = {}
     for i in range(2_000):
+        source = rng.choice([0, 1, 2])  # v0, v1, and v2 with an origin for imports
         value = (
             None
             if i % 7 == 0
@@ -137,7 +140,8 @@ def test_decoders_agree_on_records_cut_short(spark: Any) -> None:
                 "m" * rng.randint(0, 20) + "é" * rng.randint(0, 3),
                 rng.randint(-1, 2**45),
                 rng.choice([-1, 5]),
-                rng.choice([0, 1]),
+                source,
+                "cluster-" + "ü" * rng.randint(0, 4) if source == 2 else "",
             )
         )
         rec = offset_record("g" * rng.randint(0, 9) + "ü", f"t{i % 5}", rng.randint(0, 99), value)
@@ -149,8 +153,15 @@ def test_decoders_agree_on_records_cut_short(spark: Any) -> None:
         if i % 17 == 0 and body:
             # a negative metadata length (a null string)
             body = body[:14] + struct.pack(">i", -1) + body[18:]
+        v2 = body is not None and len(body) >= 18 and body[:2] == b"\x00\x02"
+        if i % 19 == 0 and body and v2 and len(body) >= 40 + body[17]:
+            # a v2 value whose origin claims more bytes than follow, or a negative length
+            at = 36 + body[17]  # the metadata is shorter than 256 bytes
+            olen = -1 if i % 2 else 1_000
+            body = body[:at] + struct.pack(">i", olen) + body[at + 4 :]
         if i == 3:
             key = None  # a key the export should never hold: reads as empty
+        raw[i] = (key, body)
         for c, v in zip(INPUT_COLUMNS, [i % 3, i, 1_000 + i, i % 2 == 0, key, body], strict=True):
             rows[c].append(v)
     schema = pa.schema(
@@ -167,6 +178,13 @@ def test_decoders_agree_on_records_cut_short(spark: Any) -> None:
     arrow, sql = _decoded(spark, df, "arrow"), _decoded(spark, df, "sql")
     assert arrow == sql
     assert sum(not r["key_ok"] or not r["value_ok"] for r in sql.values()) > 200
+    # what both decode is what the reference codec reads, v2's origin included
+    for (_, i), got in sql.items():
+        if got["key_ok"] and got["value_ok"]:
+            raw_key, raw_value = raw[i]
+            ref = None if raw_key is None else _reference(raw_key, raw_value)
+            assert ref is not None and {k: got[k] for k in ref} == ref, i
+    assert {r["origin"] for r in sql.values() if r["value_ok"]} >= {"", "cluster-", "cluster-üü"}
 
 
 def test_an_audit_writes_the_same_tables_with_either_decoder(

@@ -8,7 +8,7 @@ from typing import Any
 from tests.pipeline.conftest import Audited
 from tests.pipeline.logs import T
 
-CLEAN = {"g-basic", "g-leader", "g-forced", "g-scale", "g-deleted"}
+CLEAN = {"g-basic", "g-leader", "g-forced", "g-scale", "g-deleted", "g-import"}
 
 
 def gens(known: Audited, group: str) -> dict[int, dict[str, Any]]:
@@ -148,7 +148,7 @@ def test_forced_rebalances_and_reasons(known: Audited) -> None:
         1_000,
     )
     reasons = {r["reason"]: r for r in known.rows("rebalance_reasons")}
-    assert reasons["member joined"]["rebalances"] == 8
+    assert reasons["member joined"]["rebalances"] == 9
     assert reasons["admin: rolling config change"]["rebalances"] == 1
     assert reasons["member removed"]["emptied_group"] == 1
     # the exact lower median of the reason's known durations, and the groups it happened in
@@ -168,6 +168,7 @@ def test_commit_activity_per_partition(known: Audited) -> None:
         3,
         2,
     )
+    assert a["imports"] == 0
     assert (a["first_offset"], a["last_offset"], a["min_offset"], a["max_offset"]) == (
         100,
         30,
@@ -186,6 +187,33 @@ def test_commit_activity_per_partition(known: Audited) -> None:
     )
     (b,) = known.rows("commit_activity", group_id="bad-commit")
     assert (b["commits"], b["regressions"], b["violations"]) == (3, 2, 1)
+
+
+def test_imports_are_counted_beside_resets_and_may_move_a_position_back(known: Audited) -> None:
+    # g-import (tests/pipeline/logs.py): t13-0 imported 500, committed 520, imported 300
+    # (backwards in generation 1), committed 310; t13-1 imported 40, committed 45
+    rows = {r["partition"]: r for r in known.rows("commit_activity", group_id="g-import")}
+    got = {
+        p: (r["commits"], r["member_commits"], r["resets"], r["imports"]) for p, r in rows.items()
+    }
+    assert got == {0: (4, 2, 0, 2), 1: (2, 1, 0, 1)}
+    zero = rows[0]
+    assert (zero["first_offset"], zero["last_offset"], zero["generations"]) == (500, 310, 2)
+    assert (zero["offset_advance"], zero["offset_rewound"]) == (30, 220)
+    # the import that moved 520 back to 300 within generation 1 is a regression (the log's
+    # movement, as a reset's), not a violation of offsets_monotonic_within_generation
+    assert (zero["regressions"], zero["violations"]) == (1, 0)
+    assert "g-import" not in rows_groups(flagged(known, "offsets_monotonic_within_generation"))
+    summary = {r["group_id"]: r for r in known.rows("group_summary")}
+    assert (summary["g-import"]["imports"], summary["g-import"]["resets"]) == (3, 0)
+    assert (summary["g-forced"]["imports"], summary["g-forced"]["resets"]) == (0, 2)
+    assert summary["g-import"]["violations"] == 0 and summary["g-import"]["commits"] == 6
+    # the report: the totals (resets: g-forced's 2, bad-commit's 1), the column, the note
+    report = (known.out / "report.md").read_text()
+    assert "| offset resets / imports (gateway); offsets advanced by | 3 / 3; " in report
+    assert "| g-import | t13-0 | 4 | 0 | 2 | 500 → 310 | 30 | 220 | 1 (0) | 2 |" in report
+    assert "| g-forced | t2-0 | 5 | 2 | 0 | 100 → 30 |" in report
+    assert "- *Imports* are commits with OffsetValue v2 `source` = upstream" in report
 
 
 def flagged(known: Audited, invariant: str) -> list[dict[str, Any]]:
