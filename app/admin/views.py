@@ -6,8 +6,15 @@ import base64
 from typing import Any
 
 from app.group.consumer_protocol import decode_assignment, decode_subscription
+from app.group.records import OFFSET_SOURCE_MEMBER, OFFSET_SOURCE_RESET, OFFSET_SOURCE_UPSTREAM
 from app.group.timeline import TimelineMark
 from app.group.view import OffsetView
+
+_SOURCES = {
+    OFFSET_SOURCE_MEMBER: "member",
+    OFFSET_SOURCE_RESET: "reset",
+    OFFSET_SOURCE_UPSTREAM: "upstream",
+}
 
 
 def _bytes_view(data: bytes) -> dict[str, Any]:
@@ -71,6 +78,8 @@ def offsets_view(offsets: tuple[OffsetView, ...]) -> list[dict[str, Any]]:
             "leader_epoch": o.leader_epoch,
             "metadata": o.metadata,
             "commit_timestamp_ms": o.commit_timestamp_ms,
+            "source": _SOURCES.get(o.source, str(o.source)),
+            "origin": o.origin or None,
         }
         for o in offsets
     ]

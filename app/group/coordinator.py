@@ -33,6 +33,7 @@ from app.group.messages import (
     JoinGroupRequest,
     LeaveGroupRequest,
     ListedGroup,
+    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
@@ -162,6 +163,16 @@ class GroupCoordinator:
 
     def force_rebalance(self, handle: int, group_id: str, reason: str, now: int) -> Result:
         return self._rebalancer.force_rebalance(handle, group_id, reason, now)
+
+    def import_offsets(
+        self,
+        handle: int,
+        group_id: str,
+        origin: str,
+        partitions: tuple[OffsetCommitPartition, ...],
+        now: int,
+    ) -> Result:
+        return self._offsets.import_offsets(handle, group_id, origin, partitions, now)
 
     # ==== read-only views (metrics, admin API) ==================================================
 

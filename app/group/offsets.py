@@ -12,6 +12,7 @@ from app.group.messages import (
     DeleteGroupResult,
     Error,
     FetchedOffset,
+    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetDeleteRequest,
@@ -22,6 +23,7 @@ from app.group.messages import (
 from app.group.records import (
     OFFSET_SOURCE_MEMBER,
     OFFSET_SOURCE_RESET,
+    OFFSET_SOURCE_UPSTREAM,
     OffsetValue,
     Record,
     group_record,
@@ -164,6 +166,60 @@ class Offsets:
                     FetchedOffset(tp[0], tp[1], value.offset, value.leader_epoch, value.metadata)
                 )
         return OffsetFetchResponse(req.group_id, NO_ERROR, tuple(out))
+
+    # ==== moving a group in from the upstream cluster (gateway mode) ============================
+
+    def import_offsets(
+        self,
+        handle: int,
+        group_id: str,
+        origin: str,
+        partitions: tuple[OffsetCommitPartition, ...],
+        now: int,
+    ) -> Result:
+        """The upstream's committed offsets become the group's positions, durably, where the
+        group has none here: a partition already committed (or being committed) here keeps
+        its own, so an import never moves a position a member of ours wrote. The reply lists
+        the partitions written; the rest were kept."""
+        out = Result()
+        group = self.groups.get(group_id)
+        if group is not None and group.is_(DEAD):
+            results = tuple(
+                PartitionResult(p.topic, p.partition, Error.COORDINATOR_NOT_AVAILABLE)
+                for p in partitions
+            )
+            out.reply(handle, OffsetCommitResponse(results))
+            return out
+        if group is None:
+            group = Group(group_id, state_timestamp=now)
+            self.groups[group_id] = group
+        pending = group.transient.pending_offset_commits
+        limit = self.config.offset_metadata_max_bytes
+        records: list[Record] = []
+        written: list[tuple[str, int]] = []
+        values: list[OffsetValue | None] = []
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            if tp in group.offsets or pending.get(tp) or tp in written:
+                continue
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > limit:
+                metadata = ""  # the position matters, not a note our limit cannot hold
+            value = OffsetValue(
+                p.offset, p.leader_epoch, metadata, now, -1, OFFSET_SOURCE_UPSTREAM, origin
+            )
+            records.append(offset_record(group_id, p.topic, p.partition, value))
+            written.append(tp)
+            values.append(value)
+        if not records:
+            out.reply(handle, OffsetCommitResponse(()))
+            drop_if_unused(self.groups, group)
+            return out
+        for tp in written:
+            pending[tp] = pending.get(tp, 0) + 1
+        done = OffsetsDone(group_id, handle, (), tuple(written), tuple(values))
+        out.writes.append(Write(records, done))
+        return out
 
     # ==== OffsetDelete ==========================================================================
 

@@ -282,6 +282,9 @@ OFFSET_SOURCE_MEMBER = 0  # a group member, or anyone committing while the group
 # kafka-consumer-groups --reset-offsets) or a group-less consumer; Kafka's protocol does not
 # tell these apart
 OFFSET_SOURCE_RESET = 1
+# taken from the upstream cluster's own committed offsets when the group moved in (gateway
+# mode's import, v2: `origin` names the upstream cluster)
+OFFSET_SOURCE_UPSTREAM = 2
 
 
 @immutable
@@ -292,9 +295,10 @@ class OffsetValue:
     commit_timestamp: int
     expire_timestamp: int  # -1 = none (expires by the retention rules of protocol.md §8.4)
     source: int = OFFSET_SOURCE_MEMBER  # v1
+    origin: str = ""  # v2: where an imported offset came from (the upstream's cluster id)
 
 
-OFFSET_VALUE_VERSION = 1  # the highest version; each value is written in the lowest that holds it
+OFFSET_VALUE_VERSION = 2  # the highest version; each value is written in the lowest that holds it
 
 
 _OFFSET_HEAD = struct.Struct(">hqii")  # version, offset, leader epoch, metadata length
@@ -303,15 +307,19 @@ _OFFSET_TIMES = struct.Struct(">qq")  # commit and expire timestamps
 
 def encode_offset_value(v: OffsetValue) -> bytes:
     """version, offset, leader epoch, metadata, commit and expire timestamps, then (v1) the
-    source: one struct call per fixed run of fields (one value per commit)."""
-    # members' commits (the hot path) stay v0, byte for byte; only resets need v1
-    version = 0 if v.source == OFFSET_SOURCE_MEMBER else 1
+    source, then (v2) the origin: one struct call per fixed run of fields (one value per
+    commit)."""
+    # members' commits (the hot path) stay v0, byte for byte; resets need v1, imports v2
+    version = 0 if v.source == OFFSET_SOURCE_MEMBER else 2 if v.origin else 1
     metadata = v.metadata.encode()
     head = _OFFSET_HEAD.pack(version, v.offset, v.leader_epoch, len(metadata))
     times = _OFFSET_TIMES.pack(v.commit_timestamp, v.expire_timestamp)
     if version == 0:
         return head + metadata + times
-    return b"".join((head, metadata, times, _I16.pack(v.source)))
+    if version == 1:
+        return b"".join((head, metadata, times, _I16.pack(v.source)))
+    origin = v.origin.encode()
+    return b"".join((head, metadata, times, _I16_I32.pack(v.source, len(origin)), origin))
 
 
 def decode_offset_value(buf: bytes) -> OffsetValue:
@@ -322,8 +330,13 @@ def decode_offset_value(buf: bytes) -> OffsetValue:
         raise ValueError("truncated record")
     metadata = buf[_OFFSET_HEAD.size : pos].decode() if n > 0 else ""
     committed, expires = _OFFSET_TIMES.unpack_from(buf, pos)
-    source = _I16.unpack_from(buf, pos + 16)[0] if version >= 1 else OFFSET_SOURCE_MEMBER
-    return OffsetValue(offset, epoch, metadata, committed, expires, source)
+    if version == 0:
+        return OffsetValue(offset, epoch, metadata, committed, expires)
+    source = _I16.unpack_from(buf, pos + 16)[0]
+    if version == 1:
+        return OffsetValue(offset, epoch, metadata, committed, expires, source)
+    origin, _ = _key_string(buf, pos + 18)
+    return OffsetValue(offset, epoch, metadata, committed, expires, source, origin)
 
 
 @immutable

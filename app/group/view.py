@@ -44,6 +44,8 @@ class OffsetView(NamedTuple):
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int  # -1: the retention setting decides
+    source: int = 0  # OFFSET_SOURCE_*: a member's commit, a reset, an import
+    origin: str = ""  # an imported offset's upstream cluster
 
 
 class GroupView(NamedTuple):
@@ -104,7 +106,15 @@ def snapshot(groups: Mapping[str, Group], group_id: str) -> GroupView | None:
     )
     offsets = tuple(
         OffsetView(
-            t, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+            t,
+            p,
+            v.offset,
+            v.leader_epoch,
+            v.metadata,
+            v.commit_timestamp,
+            v.expire_timestamp,
+            v.source,
+            v.origin,
         )
         for (t, p), v in sorted(g.offsets.items())
     )

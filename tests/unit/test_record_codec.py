@@ -11,6 +11,7 @@ from app.group.records import (
     KEY_VERSION,
     OFFSET_SOURCE_MEMBER,
     OFFSET_SOURCE_RESET,
+    OFFSET_SOURCE_UPSTREAM,
     GroupMetadataValue,
     MemberValue,
     OffsetValue,
@@ -35,6 +36,7 @@ VALUES = [
     OffsetValue(2**63 - 1, 7, "meta data ✓", 1_764_000_000_000, 1_764_604_800_000),
     OffsetValue(-1, -1, "", 5, -1, OFFSET_SOURCE_RESET),
     OffsetValue(42, 3, "m" * 5000, 1, 2, OFFSET_SOURCE_MEMBER),
+    OffsetValue(17, 0, "from-kafka", 9, -1, OFFSET_SOURCE_UPSTREAM, "Zkq1-cluster-ü"),
 ]
 
 
@@ -52,11 +54,13 @@ def test_offset_keys_are_the_generic_writers_bytes(
 
 @pytest.mark.parametrize("value", VALUES)
 def test_offset_values_are_the_generic_writers_bytes(value: OffsetValue) -> None:
-    version = 0 if value.source == OFFSET_SOURCE_MEMBER else 1
+    version = 0 if value.source == OFFSET_SOURCE_MEMBER else 2 if value.origin else 1
     w = _Writer().i16(version).i64(value.offset).i32(value.leader_epoch)
     w.str_(value.metadata).i64(value.commit_timestamp).i64(value.expire_timestamp)
     if version:
         w.i16(value.source)
+    if version == 2:
+        w.str_(value.origin)
     assert encode_offset_value(value) == w.done()
     assert decode_offset_value(encode_offset_value(value)) == value
 
