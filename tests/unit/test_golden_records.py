@@ -29,6 +29,7 @@ from app.group.records import (
     GROUP_VALUE_VERSION,
     KEY_VERSION,
     OFFSET_SOURCE_RESET,
+    OFFSET_SOURCE_UPSTREAM,
     OFFSET_VALUE_VERSION,
     REGISTRATION_VALUE_VERSION,
     TOPIC_VALUE_VERSION,
@@ -87,6 +88,7 @@ OLD = GroupMetadataValue("", 2, "roundrobin", "m-c", -1, (OLD_MEMBER,))
 COMMIT = OffsetValue(42, 7, "meta ✓", T, -1)
 EXPIRING = OffsetValue(2**63 - 1, -1, "", T, T + 86_400_000)
 RESET = OffsetValue(0, -1, "reset", T, -1, OFFSET_SOURCE_RESET)
+IMPORTED = OffsetValue(120, 4, "upstream ✓", T, -1, OFFSET_SOURCE_UPSTREAM, "Zkq1-cluster-ü")
 OPEN = RegistrationValue(("i-1", "i-ü"), 30_000, T, -1)
 EXPANDING = RegistrationValue(("i-1",), 30_000, T, T + 10)
 CLOSED = RegistrationValue((), 30_000, T, -1, ("i-2", "i-3"))
@@ -119,6 +121,7 @@ CASES = (
     Case("2:OFFSET_COMMIT:value", 0, "member-commit", COMMIT),
     Case("2:OFFSET_COMMIT:value", 0, "expiring-no-metadata", EXPIRING),
     Case("2:OFFSET_COMMIT:value", 1, "reset", RESET),
+    Case("2:OFFSET_COMMIT:value", 2, "imported", IMPORTED),
     Case("3:TOPIC:key", 0, "ascii", "orders"),
     Case("3:TOPIC:value", 0, "six", TopicValue(6)),
     Case("4:STATIC_REGISTRATION:key", 0, "ascii", "my-group"),
