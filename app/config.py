@@ -147,6 +147,18 @@ class Settings(BaseSettings):
     gateway_broker_ports: int = Field(default=16, ge=1, le=4096)
     # the coordinator's node ids in FindCoordinator: this + COORD_NODE_ID, above every broker's
     gateway_coordinator_id_base: int = Field(default=1_000_000_000, ge=1)
+    # gateway mode: a group first seen here takes the upstream's committed offsets (import);
+    # mirror also writes every commit back to the upstream's __consumer_offsets; off: neither
+    upstream_offsets: Literal["import", "mirror", "off"] = "import"
+    upstream_mirror_interval_ms: int = Field(default=1_000, ge=50)  # a commit upstream within
+    upstream_lag_refresh_ms: int = Field(default=5_000, ge=100)  # log-end offsets this often
+    upstream_check_interval_ms: int = Field(default=30_000, ge=100)  # live members upstream?
+    # the partitions whose log-end offsets are kept (lag); beyond, lag reads as unknown
+    lag_max_partitions: int = Field(default=100_000, ge=1)
+    # per-group series in /metrics (lag, unowned, doubly owned, upstream members): the worst
+    # this many groups of each, so a fleet of groups cannot grow the scrape without bound
+    group_metrics_max_groups: int = Field(default=100, ge=0)
+    ownership_check_interval_ms: int = Field(default=10_000, ge=100)  # unowned partitions
 
     @field_validator("topics")
     @classmethod

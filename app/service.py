@@ -94,10 +94,19 @@ class CoordinatorLookup:
     message: str | None = None
 
 
+class UpstreamOffsets(Protocol):
+    """Gateway mode's import (app/upstream): asked before a group's OffsetFetch is answered."""
+
+    async def before_offset_fetch(self, group_id: str) -> Error | None:
+        """None: answer from here; an error: answer the group with it (its import waits)."""
+        ...
+
+
 class CoordinatorService(Protocol):
     """One node's view of the group coordinator."""
 
     node_id: int
+    upstream: UpstreamOffsets | None  # gateway mode with COORD_UPSTREAM_OFFSETS=import|mirror
 
     def cluster(self) -> ClusterView: ...
 

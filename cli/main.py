@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from app.config import Settings, shown_database_url
+from cli import moves  # noqa: F401 - registers `groups import|export` on groups_cli
 from cli.admin import cluster_command, groups_cli, topics_cli
 from cli.certs import certs_cli
 from cli.security import acls_cli, users_cli
@@ -90,6 +91,15 @@ def serve(
     gateway_broker_id_base: Annotated[int | None, Opt()] = None,
     gateway_broker_ports: Annotated[int | None, Opt()] = None,
     gateway_coordinator_id_base: Annotated[int | None, Opt()] = None,
+    upstream_offsets: Annotated[
+        str | None, Opt(help="COORD_UPSTREAM_OFFSETS import|mirror|off (gateway mode)")
+    ] = None,
+    upstream_mirror_interval_ms: Annotated[int | None, Opt()] = None,
+    upstream_lag_refresh_ms: Annotated[int | None, Opt()] = None,
+    upstream_check_interval_ms: Annotated[int | None, Opt()] = None,
+    lag_max_partitions: Annotated[int | None, Opt()] = None,
+    group_metrics_max_groups: Annotated[int | None, Opt()] = None,
+    ownership_check_interval_ms: Annotated[int | None, Opt()] = None,
 ) -> None:
     """Run a coordinator node (migrates the database first); a gateway in front of a Kafka
     cluster with --upstream-bootstrap (its password: COORD_UPSTREAM_SASL_PASSWORD only)."""

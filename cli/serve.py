@@ -25,6 +25,7 @@ from app.runtime.node import CoordinatorNode
 from app.security.listeners import Listener, listeners_of
 from app.security.manager import SecurityManager
 from app.security.tls import listeners_context
+from app.upstream.service import GroupsUpstream
 from storage.log import EventLog
 from storage.migrate import upgrade_async
 from storage.writer import LogWriter
@@ -89,9 +90,17 @@ async def start_gateway(
         log.error("%s", e)
         raise SystemExit(str(e)) from e
     node.upstream_status = lambda: gateway.status(server.listeners)
+    groups = GroupsUpstream(settings, node, gateway.cluster, lambda: node.lease_changes)
+    groups.register(node.metrics.registry)
+    node.upstream = groups
+    if groups.mirror is not None:
+        node.runtime.committed = groups.committed
+    gateway.groups = groups
     log.info("gateway mode: upstream %r, broker ids %d..%d on the ports after each listener's",
              config, ports.id_base, ports.id_base + ports.count - 1)  # fmt: skip
-    return await server.start()
+    await server.start()
+    groups.start()  # after the first metadata refresh: leaders and the cluster id are known
+    return server
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -182,7 +191,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         log.info("node %d shutting down", settings.node_id)
         kafka.close()
         if isinstance(kafka, GatewayServer):
-            await kafka.gateway.cluster.stop()
+            await kafka.gateway.stop()
         admin.should_exit = True
         await node.stop()
         await security.stop()

@@ -47,6 +47,8 @@ class UpstreamCluster:
         self.racks: dict[int, str | None] = {}
         self.topics: dict[str, int] = {}
         self.topic_names: dict[uuid.UUID, str] = {}  # Fetch v13+ names topics by id
+        # (topic, partition) -> its leader's broker id (-1: none now), for ListOffsets
+        self.leaders: dict[tuple[str, int], int] = {}
         self.versions: dict[int, tuple[int, int]] = {}
         self.cluster_id: str | None = None
         self.problem: str | None = "not reached yet"
@@ -169,16 +171,20 @@ class UpstreamCluster:
         self.unplaced = unplaced
         topics: dict[str, int] = {}
         names: dict[uuid.UUID, str] = {}
+        leaders: dict[tuple[str, int], int] = {}
         for t in reply.topics:
             if int(t.error_code) != 0 or t.name is None:
                 continue
             topics[str(t.name)] = len(t.partitions)
+            for p in t.partitions:
+                leaders[(str(t.name), int(p.partition_index))] = int(p.leader_id)
             topic_id = getattr(t, "topic_id", None)
             if topic_id is not None and topic_id.int:
                 names[topic_id] = str(t.name)
         self.brokers = brokers
         self.topics = topics
         self.topic_names = names
+        self.leaders = leaders
         self.versions = dict(versions)
         self.cluster_id = reply.cluster_id
         if self.problem is not None:

@@ -13,7 +13,7 @@ import functools
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -36,6 +36,10 @@ from app.service import Broker, CoordinatorService
 log = logging.getLogger("app.gateway")
 
 
+class Stoppable(Protocol):
+    async def stop(self) -> None: ...
+
+
 class Gateway:
     def __init__(
         self,
@@ -52,6 +56,13 @@ class Gateway:
         self.cluster = UpstreamCluster(config, ports, refresh_ms, on_topics)
         self.metrics = GatewayMetrics(registry)
         self._bootstrap_turn = 0
+        # the groups' dealings with the upstream (app/upstream/service.py), stopped with it
+        self.groups: Stoppable | None = None
+
+    async def stop(self) -> None:
+        if self.groups is not None:
+            await self.groups.stop()
+        await self.cluster.stop()
 
     def upstream_address(self, broker_id: int | None) -> tuple[str, int] | None:
         """Where a connection to `broker_id`'s port relays; the bootstrap port (None) takes
@@ -162,5 +173,5 @@ class GatewayServer(KafkaServer):
 
     async def stop(self) -> None:
         self.close()
-        await self.gateway.cluster.stop()
+        await self.gateway.stop()
         await self.wait_closed()

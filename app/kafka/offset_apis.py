@@ -293,11 +293,24 @@ def encode_offset_fetch(responses: Sequence[OffsetFetchResponse], version: int) 
 async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
     topics = ctx.service.topics
     queries = decode_offset_fetch(req, topics)
+    waiting: dict[str, Error] = {}
+    upstream = ctx.service.upstream
+    if upstream is not None:  # gateway mode: a group seen the first time moves in first
+        for q in queries:  # as many as the decode limits let through
+            group_id = q.request.group_id
+            if group_id not in waiting and ctx.allowed(
+                AclOperation.DESCRIBE, ResourceType.GROUP, group_id, log_denial=False
+            ):
+                error = await upstream.before_offset_fetch(group_id)
+                if error is not None:
+                    waiting[group_id] = error
 
     def fetch(q: OffsetFetchQuery) -> OffsetFetchResponse:
         group_id = q.request.group_id
         if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             return OffsetFetchResponse(group_id, Error.GROUP_AUTHORIZATION_FAILED)
+        if group_id in waiting:
+            return OffsetFetchResponse(group_id, waiting[group_id])
         fetched: OffsetFetchResponse = read_or(
             ctx,
             group_id,

@@ -23,6 +23,7 @@ from app.group.view import GroupSummary
 from app.runtime.leases import LeaseManager
 from app.runtime.loader import Loader
 from app.runtime.metrics import NodeMetrics
+from app.runtime.ownership import OwnershipCollector, OwnershipWatch
 from app.runtime.placement import partition_for
 from app.runtime.runtime import (
     METADATA_PARTITION,
@@ -34,7 +35,7 @@ from app.runtime.runtime import (
 )
 from app.runtime.topics import TopicRegistry
 from app.security.listeners import listeners_of
-from app.service import Broker, ClusterView, CoordinatorLookup
+from app.service import Broker, ClusterView, CoordinatorLookup, UpstreamOffsets
 from storage.errors import StorageError
 from storage.ports import LeaseRow, Store
 from storage.writer import LogWriter
@@ -93,6 +94,16 @@ class CoordinatorNode:
         # gateway mode: topics follow the upstream's Metadata (app/gateway), not COORD_TOPICS
         self.coordinator_id_base = settings.gateway_coordinator_id_base if settings.gateway else 0
         self.upstream_status: Callable[[], dict[str, Any]] | None = None
+        # gateway mode's dealings with the upstream's groups (app/upstream), set by serve
+        self.upstream: UpstreamOffsets | None = None
+        self.ownership = OwnershipWatch(
+            self.runtime.read_all,
+            lambda: self.registry.topics,
+            settings.ownership_check_interval_ms,
+        )
+        self.metrics.registry.register(
+            OwnershipCollector(self.ownership, settings.group_metrics_max_groups)
+        )
 
     # ==== what tests, the admin API and the metrics read ========================================
 
@@ -225,6 +236,7 @@ class CoordinatorNode:
         if self.owns_metadata() and not self.settings.gateway:
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
+        self.ownership.start()
 
     @property
     def listener_addresses(self) -> dict[str, tuple[str, int]]:
@@ -267,6 +279,7 @@ class CoordinatorNode:
         for task in self._tasks:
             await cancel_quietly(task)
         self._tasks.clear()
+        await self.ownership.stop()
         for p in list(self.partitions.values()):
             if release:
                 await self.leasing.handover(p)

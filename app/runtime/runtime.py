@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar, overload
 from app.config import DEFAULTS
 from app.group.coordinator import GroupCoordinator
 from app.group.messages import NO_ERROR, Error
-from app.group.results import AppendFailure, Continuation, Reply, Result
+from app.group.results import AppendFailure, Continuation, OffsetsDone, Reply, Result
 from app.runtime.placement import CACHED_ID_LENGTH, cached_partition_for, partition_for
 from app.service import CoordinatorError, GroupRead, GroupWrite, ReplyWaiter, W
 from storage.errors import FencedError, RecordTooLarge, StorageError, WriterBusy
@@ -112,6 +112,8 @@ class CoordinatorRuntime:
         self.lease_changes = 0
         self.max_groups = max_groups
         self.max_group_id_length = max_group_id_length
+        # told the group of every durable offset commit (gateway mode's mirror), or None
+        self.committed: Callable[[str], None] | None = None
 
     def group_count(self) -> int:
         return sum(len(p.core.groups) for p in self.partitions.values() if p.core is not None)
@@ -289,6 +291,8 @@ class CoordinatorRuntime:
         if exc is not None:
             log.warning("partition %d: append failed: %s", p.id, exc)
         result = core.on_write_complete(cont, failure, now_ms())
+        if failure is None and self.committed is not None and type(cont) is OffsetsDone:
+            self.committed(cont.group_id)  # gateway mode's mirror (app/upstream/mirror.py)
         if p.core is not core:
             # unloaded meanwhile: answer the waiters (durable or not), change nothing else
             self._deliver(result.replies)

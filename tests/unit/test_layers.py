@@ -231,6 +231,11 @@ RULES = [
         "the gateway is an edge like app.kafka: it reaches the groups through app.service",
     ),
     Rule(
+        "app.upstream",
+        ("app.runtime", "app.kafka", "storage"),
+        "the gateway's dealings with the upstream's groups reach ours through app.service",
+    ),
+    Rule(
         "app.kafka",
         ("app.gateway",),
         "the wire edge's rooms serve a relay without knowing it (design.md §9.1)",
