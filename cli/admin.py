@@ -245,7 +245,24 @@ def groups_describe(
         cells = (m["member_id"], m["group_instance_id"] or "", m["client_id"], m["client_host"])
         table.add_row(*(escape(c) for c in cells), escape(assigned))
     console.print(table)
-    show(g["offsets"], False, "committed offsets", ["topic", "partition", "offset"])
+    lag = g.get("lag") or {}
+    if lag.get("partitions"):
+        title = "committed offsets and lag" + ("" if lag.get("known") else " (lag unknown)")
+        columns = ["topic", "partition", "committed_offset", "log_end_offset", "lag"]
+        show(lag["partitions"], False, title, columns)
+    else:
+        show(g["offsets"], False, "committed offsets", ["topic", "partition", "offset"])
+    owned = g.get("ownership") or {}
+    for what in ("unowned", "doubly_owned"):
+        if owned.get(what):
+            listed = ", ".join(f"{p['topic']}-{p['partition']}" for p in owned[what])
+            console.print(f"[red]{what.replace('_', ' ')} partitions: {escape(listed)}[/red]")
+    upstream = g.get("upstream") or {}
+    if upstream.get("live_members_upstream"):
+        members = ", ".join(upstream["live_members_upstream"])
+        console.print(f"[red]live members on the upstream's coordinator: {escape(members)}[/red]")
+    if upstream.get("import_refused"):
+        console.print(f"[red]import waiting: {escape(upstream['import_refused'])}[/red]")
 
 
 @groups_cli.command("register")

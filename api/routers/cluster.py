@@ -42,3 +42,10 @@ async def cluster_nodes(admin: AdminDep) -> list[dict[str, Any]]:
     """The live nodes and their registered admin URLs, to any authenticated caller (as Kafka's
     Metadata lists the brokers): the CLI sends its credentials only to these."""
     return admin.nodes()
+
+
+@router.get("/cluster/upstream-groups", dependencies=PROTECTED)
+async def upstream_groups(admin: AdminDep, access: AccessDep) -> list[str]:
+    """Gateway mode: every group id the upstream's own coordinators know (import --all)."""
+    access.require(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+    return await admin.upstream_groups()

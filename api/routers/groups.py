@@ -36,6 +36,33 @@ def visible_offsets(access: Access, offsets: list[dict[str, Any]]) -> list[dict[
     return [o for o in offsets if access.allowed(DESCRIBE, TOPIC, o["topic"])]
 
 
+def visible_group(access: Access, g: dict[str, Any]) -> dict[str, Any]:
+    """A described group with only the topics the caller may DESCRIBE: its offsets, its lag
+    rows (the totals recomputed from those) and its ownership findings."""
+    g["offsets"] = visible_offsets(access, g["offsets"])
+    if access.caller.full:
+        return g
+    lag = g.get("lag")
+    if lag:
+        rows = visible_offsets(access, lag["partitions"])
+        if len(rows) != len(lag["partitions"]):
+            lags = [r["lag"] for r in rows if r["lag"] is not None]
+            lag.update(
+                partitions=rows,
+                total=sum(lags) if lags else None,
+                max=max(lags) if lags else None,
+                history=[],  # the series sums every partition
+            )
+    owned = g.get("ownership")
+    if owned:
+        for key in ("unowned", "doubly_owned"):
+            owned[key] = visible_offsets(access, owned[key])
+        owned["unknown_topics"] = [
+            t for t in owned["unknown_topics"] if access.allowed(DESCRIBE, TOPIC, t)
+        ]
+    return g
+
+
 STATES = "^(?i:empty|preparingrebalance|completingrebalance|stable|dead)$"
 
 
@@ -62,9 +89,7 @@ async def list_groups(
 async def describe_group(group_id: str, admin: AdminDep, access: AccessDep) -> dict[str, Any]:
     gid = param(group_id)
     access.require(DESCRIBE, GROUP, gid)
-    g = admin.describe_group(gid)
-    g["offsets"] = visible_offsets(access, g["offsets"])
-    return g
+    return visible_group(access, admin.describe_group(gid))
 
 
 @router.delete("/{group_id}", status_code=204)
@@ -82,8 +107,7 @@ async def register_static_members(
     access.require(READ, GROUP, gid)
     access.note(group_instance_ids=len(body.group_instance_ids))
     g = await admin.register_static_members(gid, body.group_instance_ids, body.expansion_timeout_ms)
-    g["offsets"] = visible_offsets(access, g["offsets"])
-    return g
+    return visible_group(access, g)
 
 
 @router.delete("/{group_id}/static-members/{group_instance_id}", status_code=204)
@@ -135,3 +159,26 @@ async def set_offsets(
     access.note(partitions=len(body.offsets))
     done = await admin.set_offsets(gid, [(o.topic, o.partition, o.offset) for o in body.offsets])
     return visible_offsets(access, done)
+
+
+@router.post("/{group_id}/import")
+async def import_group(
+    group_id: str, admin: AdminDep, access: AccessDep, dry_run: bool = False
+) -> dict[str, Any]:
+    """Gateway mode: take the group's committed offsets from the upstream where it has none
+    here (409 while it has live members upstream); `dry_run` shows what it would take."""
+    gid = param(group_id)
+    access.require(READ, GROUP, gid)
+    access.note(dry_run=dry_run)
+    return await admin.import_group(gid, dry_run)
+
+
+@router.post("/{group_id}/export")
+async def export_group(
+    group_id: str, admin: AdminDep, access: AccessDep, dry_run: bool = False
+) -> dict[str, Any]:
+    """Gateway mode: write the group's positions to the upstream (409 while it has members)."""
+    gid = param(group_id)
+    access.require(READ, GROUP, gid)
+    access.note(dry_run=dry_run)
+    return await admin.export_group(gid, dry_run)

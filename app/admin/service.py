@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.admin import upstream as upstream_side
 from app.admin.errors import (
     AdminError,
     Conflict,
@@ -139,6 +140,7 @@ class AdminService:
                     "static_members": g.static_members,
                     "state_since_ms": g.state_timestamp if g.state_timestamp >= 0 else None,
                     "log_partition": pid,
+                    **upstream_side.flags(self.node, g.group_id),
                 }
             )
         return sorted(out, key=lambda g: g["group_id"])
@@ -176,7 +178,25 @@ class AdminService:
             "leader": g.leader_id,
             "members": members,
             "offsets": offsets_view(g.offsets),
+            "lag": upstream_side.lag_view(self.node, g),
+            "ownership": upstream_side.ownership_view(self.node, g),
+            "upstream": upstream_side.upstream_view(self.node, g.group_id),
         }
+
+    # -- moving a group in and out (gateway mode) ------------------------------------------
+
+    async def import_group(self, group_id: str, dry_run: bool = False) -> dict[str, Any]:
+        """The upstream's committed offsets become the group's positions where it has none."""
+        self._serves(group_id)
+        return await upstream_side.import_group(self.node, group_id, dry_run)
+
+    async def export_group(self, group_id: str, dry_run: bool = False) -> dict[str, Any]:
+        """The group's positions here, written to the upstream; only while Empty here."""
+        self._serves(group_id)
+        return await upstream_side.export_group(self.node, group_id, dry_run)
+
+    async def upstream_groups(self) -> list[str]:
+        return await upstream_side.upstream_group_ids(self.node)
 
     async def group_timeline(self, group_id: str) -> list[dict[str, Any]]:
         """The group's rebalance timeline from its records in the log and its history."""
@@ -332,7 +352,7 @@ class AdminService:
             "loading": loading,
             "load_errors": failed,
             "storage_error": node.storage_error(),
-            **({"upstream": node.upstream_status()} if node.upstream_status else {}),
+            **({"upstream": self._upstream_status()} if node.upstream_status else {}),
         }
 
     def cluster_view(self) -> dict[str, Any]:
@@ -366,8 +386,16 @@ class AdminService:
             "nodes": nodes,
             "topics": node.topics,
             "partitions": partitions,
-            **({"upstream": node.upstream_status()} if node.upstream_status else {}),
+            **({"upstream": self._upstream_status()} if node.upstream_status else {}),
         }
+
+    def _upstream_status(self) -> dict[str, Any]:
+        assert self.node.upstream_status is not None
+        out = self.node.upstream_status()
+        up = upstream_side.groups_upstream(self.node)
+        if up is not None:
+            out["groups"] = up.status()
+        return out
 
     def nodes(self) -> list[dict[str, Any]]:
         """The live nodes with the admin URL each registered (COORD_ADVERTISED_ADMIN_URL)."""
