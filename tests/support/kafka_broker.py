@@ -212,6 +212,12 @@ class KafkaBroker:
         self.launch()
         self._wait_ready(timeout)
 
+    def resume(self, timeout: float = 90.0) -> None:
+        """Start it again after `stop()`, on its log dir as it was (same cluster, topics and
+        committed offsets)."""
+        self.launch()
+        self._wait_ready(timeout)
+
     def format(self, cluster_id: str) -> None:
         """Write the config and format the log dir (`kafka-storage format`)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
