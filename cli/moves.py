@@ -5,6 +5,7 @@ group command)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -55,6 +56,18 @@ def _each(action: str, url: str, auth: Any, groups: list[str], dry_run: bool) ->
     return out
 
 
+def _finish(reports: list[Any], as_json: bool, show: Callable[[dict[str, Any]], None]) -> None:
+    """Print the reports (JSON, or `show` each done one); exit 1 if any group was not done."""
+    if as_json:
+        typer.echo(json.dumps(reports, indent=2))
+    else:
+        for r in reports:
+            if not r.get("failed"):
+                show(r)
+    if any(r.get("failed") for r in reports):
+        raise typer.Exit(1)
+
+
 @groups_cli.command("import")
 def groups_import(
     groups: Annotated[list[str] | None, typer.Argument(help="group ids")] = None,
@@ -70,15 +83,7 @@ def groups_import(
     auth = credentials(token, user)
     listing = call("GET", url, "/cluster/upstream-groups", auth) if all_ else []
     reports = _each("import", url, auth, _targets(groups or [], all_, listing), dry_run)
-    if as_json:
-        typer.echo(json.dumps(reports, indent=2))
-    else:
-        for r in reports:
-            if r.get("failed"):
-                continue
-            _show_import(r)
-    if any(r.get("failed") for r in reports):
-        raise typer.Exit(1)
+    _finish(reports, as_json, _show_import)
 
 
 def _show_import(r: dict[str, Any]) -> None:
@@ -122,15 +127,9 @@ def groups_export(
     if all_:
         listing = [g["group_id"] for g in call("GET", url, "/groups?state=empty", auth)]
     reports = _each("export", url, auth, _targets(groups or [], all_, listing), dry_run)
-    if as_json:
-        typer.echo(json.dumps(reports, indent=2))
-    else:
-        for r in reports:
-            if r.get("failed"):
-                continue
-            verb = "would write" if r["dry_run"] else "wrote"
-            console.print(
-                f"{escape(r['group_id'])}: {verb} {len(r['offsets'])} offset(s) to the upstream"
-            )
-    if any(r.get("failed") for r in reports):
-        raise typer.Exit(1)
+    _finish(reports, as_json, _show_export)
+
+
+def _show_export(r: dict[str, Any]) -> None:
+    verb = "would write" if r["dry_run"] else "wrote"
+    console.print(f"{escape(r['group_id'])}: {verb} {len(r['offsets'])} offset(s) to the upstream")

@@ -236,7 +236,7 @@ class CoordinatorNode:
         if self.owns_metadata() and not self.settings.gateway:
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
-        self.ownership.start()
+        self.ownership.loop.start()
 
     @property
     def listener_addresses(self) -> dict[str, tuple[str, int]]:
@@ -279,7 +279,7 @@ class CoordinatorNode:
         for task in self._tasks:
             await cancel_quietly(task)
         self._tasks.clear()
-        await self.ownership.stop()
+        await self.ownership.loop.stop()
         for p in list(self.partitions.values()):
             if release:
                 await self.leasing.handover(p)

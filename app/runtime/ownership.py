@@ -8,7 +8,6 @@ or the upstream's topics."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -19,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from app.group.ownership import Ownership, ownership
 from app.group.state import STABLE
+from app.periodic import Periodic
 
 log = logging.getLogger("app.runtime")
 
@@ -37,24 +37,7 @@ class OwnershipWatch:
         self._checked: dict[str, tuple[int, int]] = {}  # group -> (generation, registry)
         self._logged: dict[str, Ownership] = {}
         self._registry: tuple[int, tuple[tuple[str, int], ...]] = (0, ())
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="ownership")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.check()
-            except Exception:  # a bug here must not end the watch
-                log.exception("ownership check failed")
+        self.loop = Periodic("ownership check", self.interval_s, self.check, first=False)
 
     def _registry_version(self, topics: Mapping[str, int]) -> int:
         shape = tuple(sorted(topics.items()))

@@ -18,17 +18,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from app.group.messages import Error, OffsetCommitPartition, OffsetCommitResponse
-from app.group.records import OFFSET_SOURCE_UPSTREAM
 from app.group.state import GroupState
 from app.group.view import GroupSummary, GroupView
+from app.periodic import Periodic
 from app.service import CoordinatorError
 from app.upstream.client import UpstreamAdmin, UpstreamGroup, UpstreamOffset, UpstreamUnavailable
 
@@ -91,16 +90,7 @@ class GroupMover:
         self.upstream_members: dict[str, UpstreamGroup] = {}
         self.last_check_ms: int | None = None
         self.counts = UpstreamCounts()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="upstream-check")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self.loop = Periodic("upstream member check", self.check_s, self._check, first=False)
 
     # --- import on first sight ---------------------------------------------------------------
 
@@ -297,14 +287,12 @@ class GroupMover:
 
     # --- one group, one coordinator -------------------------------------------------------
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.check_s)
-            try:
-                await self.check_active_groups()
-            except UpstreamUnavailable as e:
-                self.counts.check_errors += 1
-                log.debug("upstream member check: %s", e)
+    async def _check(self) -> None:
+        try:
+            await self.check_active_groups()
+        except UpstreamUnavailable as e:
+            self.counts.check_errors += 1
+            log.debug("upstream member check: %s", e)
 
     async def check_active_groups(self) -> None:
         summaries, _ = self.service.read_all(lambda core: list(core.groups_view()))
@@ -346,7 +334,3 @@ def _has_offsets(core: GroupCoordinator, group_id: str) -> bool:
 
 def _active(g: GroupSummary) -> bool:
     return g.members > 0 and g.state is not GroupState.DEAD
-
-
-def imported_count(offsets: Iterable[Any]) -> int:
-    return sum(1 for o in offsets if getattr(o, "source", 0) == OFFSET_SOURCE_UPSTREAM)

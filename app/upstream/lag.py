@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from app.group.consumer_protocol import decode_assignment
+from app.periodic import Periodic
 from app.upstream.client import UpstreamAdmin, UpstreamUnavailable
 from app.upstream.groups import GroupsService
 
@@ -78,24 +79,7 @@ class LagTracker:
         self.totals: dict[str, tuple[int, int]] = {}  # group -> (total lag, max lag)
         self.history: dict[str, deque[tuple[int, int]]] = {}  # group -> (ms, total lag)
         self._sampled_at = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="upstream-lag")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except Exception:  # a bug here must not end lag tracking
-                log.exception("lag refresh failed")
-            await asyncio.sleep(self.refresh_s)
+        self.loop = Periodic("lag refresh", self.refresh_s, self.refresh, first=True)
 
     async def _over_cores(self, op: Callable[[GroupCoordinator], list[T]]) -> list[T]:
         """`op` over every loaded partition's core, yielding to the loop between cores: a

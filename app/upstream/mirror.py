@@ -13,13 +13,13 @@ catches up. A node that takes over log partitions mirrors all their groups once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Final
 
 from app.group.view import GroupView
+from app.periodic import Periodic
 from app.service import CoordinatorError
 from app.upstream.client import UpstreamAdmin, UpstreamOffset, UpstreamUnavailable
 from app.upstream.groups import GroupsService
@@ -50,7 +50,7 @@ class Mirror:
         self.commits = 0  # offsets written upstream
         self.errors = 0  # failed group writes
         self.last_error: str | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.loop = Periodic("upstream mirror", self.interval_s, self.round, first=False)
 
     def committed(self, group_id: str) -> None:
         """A commit of `group_id` is durable here (the runtime's hook: no I/O, no await)."""
@@ -65,23 +65,6 @@ class Mirror:
         if not self.dirty:
             return 0.0
         return time.monotonic() - min(self.dirty.values())
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="upstream-mirror")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.round()
-            except Exception:  # a bug here must not end the mirror
-                log.exception("upstream mirror round failed")
 
     async def round(self) -> None:
         changes = self._lease_changes()

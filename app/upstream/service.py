@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from app.config import Settings
 from app.gateway.cluster import UpstreamCluster
 from app.group.messages import Error
+from app.periodic import Periodic
 from app.upstream.client import UpstreamAdmin
 from app.upstream.groups import GroupMover, GroupsService
 from app.upstream.lag import LagTracker
@@ -57,17 +58,17 @@ class GroupsUpstream:
     async def before_offset_fetch(self, group_id: str) -> Error | None:
         return await self.mover.before_offset_fetch(group_id)
 
+    def _loops(self) -> list[Periodic]:
+        loops = [self.mover.loop, self.lag.loop]
+        return loops + ([self.mirror.loop] if self.mirror is not None else [])
+
     def start(self) -> None:
-        self.mover.start()
-        self.lag.start()
-        if self.mirror is not None:
-            self.mirror.start()
+        for loop in self._loops():
+            loop.start()
 
     async def stop(self) -> None:
-        await self.mover.stop()
-        await self.lag.stop()
-        if self.mirror is not None:
-            await self.mirror.stop()
+        for loop in self._loops():
+            await loop.stop()
         await self.admin.close()
 
     def committed(self, group_id: str) -> None:
