@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 def produce(bootstrap: str, topic: str, n: int) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(n):
-        p.produce(topic, value=f"record-{i}".encode())
+        p.produce(topic, key=str(i).encode(), value=f"record-{i}".encode())
     p.flush(30)
 
 
@@ -53,8 +53,10 @@ def read(bootstrap: str, group: str, topic: str, n: int) -> dict[int, tuple[int,
         msg = c.poll(0.5)
         if msg is None or msg.error():
             continue
-        first = seen.get(msg.partition(), (msg.offset(), 0))[0]
-        seen[msg.partition()] = (first, msg.offset() + 1)
+        partition, offset = msg.partition(), msg.offset()
+        assert partition is not None and offset is not None  # a record, not an event
+        first = seen.get(partition, (offset, 0))[0]
+        seen[partition] = (first, offset + 1)
         c.commit(message=msg, asynchronous=False)
         got += 1
     c.close()
@@ -65,7 +67,7 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
     c.close()
-    return {tp.partition: tp.offset for tp in tps}
+    return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}  # -1001: none
 
 
 def admin(url: str, path: str) -> Any:
