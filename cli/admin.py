@@ -246,11 +246,10 @@ def groups_describe(
         table.add_row(*(escape(c) for c in cells), escape(assigned))
     console.print(table)
     lag = g.get("lag") or {}
-    if lag.get("partitions"):
-        title = "committed offsets and lag" + ("" if lag.get("known") else " (lag unknown)")
+    if lag.get("known") and lag.get("partitions"):
         columns = ["topic", "partition", "committed_offset", "log_end_offset", "lag"]
-        show(lag["partitions"], False, title, columns)
-    else:
+        show(lag["partitions"], False, "committed offsets and lag", columns)
+    else:  # no upstream (lag unknown): the offsets alone
         show(g["offsets"], False, "committed offsets", ["topic", "partition", "offset"])
     owned = g.get("ownership") or {}
     for what in ("unowned", "doubly_owned"):

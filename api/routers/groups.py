@@ -170,7 +170,9 @@ async def import_group(
     gid = param(group_id)
     access.require(READ, GROUP, gid)
     access.note(dry_run=dry_run)
-    return await admin.import_group(gid, dry_run)
+    report = await admin.import_group(gid, dry_run)
+    report["offsets"] = visible_offsets(access, report["offsets"])
+    return report
 
 
 @router.post("/{group_id}/export")
@@ -180,5 +182,8 @@ async def export_group(
     """Gateway mode: write the group's positions to the upstream (409 while it has members)."""
     gid = param(group_id)
     access.require(READ, GROUP, gid)
+    # what an OffsetCommit of these offsets needs: READ on each of their topics
+    for topic in sorted({o["topic"] for o in admin.group_offsets(gid)}):
+        access.require(READ, TOPIC, topic)
     access.note(dry_run=dry_run)
     return await admin.export_group(gid, dry_run)

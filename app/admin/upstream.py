@@ -101,7 +101,7 @@ def flags(node: CoordinatorNode, group_id: str) -> dict[str, Any]:
 def _mover(node: CoordinatorNode) -> GroupsUpstream:
     up = groups_upstream(node)
     if up is None:
-        raise Unavailable("no upstream cluster: import and export need gateway mode")
+        raise Conflict("this node has no upstream cluster: import and export need gateway mode")
     return up
 
 

@@ -4,6 +4,7 @@ the internal types of `app.group.messages`, in the shape of `group_apis.py` (pro
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -295,15 +296,20 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> Any:
     queries = decode_offset_fetch(req, topics)
     waiting: dict[str, Error] = {}
     upstream = ctx.service.upstream
-    if upstream is not None:  # gateway mode: a group seen the first time moves in first
-        for q in queries:  # as many as the decode limits let through
-            group_id = q.request.group_id
-            if group_id not in waiting and ctx.allowed(
-                AclOperation.DESCRIBE, ResourceType.GROUP, group_id, log_denial=False
-            ):
-                error = await upstream.before_offset_fetch(group_id)
-                if error is not None:
-                    waiting[group_id] = error
+    if upstream is not None:
+        # gateway mode: a group seen the first time moves in first, for a caller that may act
+        # as its member (READ, as JoinGroup and OffsetCommit need): a DESCRIBE-only monitor
+        # reads what is here and writes nothing
+        movers = [
+            g
+            for g in dict.fromkeys(q.request.group_id for q in queries)
+            if ctx.allowed(AclOperation.READ, ResourceType.GROUP, g, log_denial=False)
+        ]
+        if len(movers) == 1:  # the common case: no task to make
+            errors = [await upstream.before_offset_fetch(movers[0])]
+        else:
+            errors = await asyncio.gather(*(upstream.before_offset_fetch(g) for g in movers))
+        waiting = {g: e for g, e in zip(movers, errors, strict=True) if e is not None}
 
     def fetch(q: OffsetFetchQuery) -> OffsetFetchResponse:
         group_id = q.request.group_id

@@ -69,7 +69,9 @@ class OwnershipWatch:
             await asyncio.sleep(0)
         flagged: dict[str, Ownership] = {}
         next_checked: dict[str, tuple[int, int]] = {}
-        for group_id, view in seen:
+        for i, (group_id, view) in enumerate(seen):
+            if i % 200 == 199:
+                await asyncio.sleep(0)  # many groups: the loop serves requests meanwhile
             if view is None:
                 next_checked[group_id] = checked[group_id]
                 if group_id in self.flagged:

@@ -24,19 +24,24 @@ OFFSET_COMMIT: Final = 8
 DESCRIBE_GROUPS: Final = 15
 LIST_GROUPS: Final = 16
 LIST_OFFSETS: Final = 2
-# version ranges whose field shapes this module builds (every Kafka since 2.8 serves them)
+CONSUMER_GROUP_DESCRIBE: Final = 69
+# version ranges whose field shapes this module builds (every Kafka since 2.8 serves them;
+# FindCoordinator's batched keys since 3.0, one key per request before)
 _VERSIONS: Final = {
-    FIND_COORDINATOR: (4, 4),  # batched keys
+    FIND_COORDINATOR: (1, 4),
     OFFSET_FETCH: (2, 7),  # one group, null topics = every committed partition
     OFFSET_COMMIT: (2, 8),
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 4),
     LIST_OFFSETS: (1, 7),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),  # KIP-848 groups (Kafka 4.0+): DescribeGroups says Dead
 }
+BATCHED_KEYS: Final = 4
 GROUP_KEY: Final = 0
 NOT_COORDINATOR: Final = 16
 COORDINATOR_LOAD_IN_PROGRESS: Final = 14
 COORDINATOR_NOT_AVAILABLE: Final = 15
+GROUP_ID_NOT_FOUND: Final = 69
 _RETRIED: Final = frozenset(
     {NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE}
 )
@@ -107,6 +112,10 @@ class UpstreamAdmin:
             fut.set_exception(UpstreamUnavailable(str(e)))
             fut.exception()  # retrieved: nobody else may be waiting
             raise UpstreamUnavailable(str(e)) from e
+        except BaseException:  # cancelled: whoever waits on the same opening learns it
+            fut.set_exception(UpstreamUnavailable("connecting was cancelled"))
+            fut.exception()
+            raise
         finally:
             self._opening.pop(address, None)
         self._conns[address] = conn
@@ -120,7 +129,11 @@ class UpstreamAdmin:
         return self.cluster.config.bootstrap[0]
 
     async def _request(self, address: tuple[str, int], api_key: int, **values: Any) -> Any:
-        conn = await self._conn(address)
+        try:
+            conn = await self._conn(address)
+        except UpstreamUnavailable:
+            self._forget_at(address)
+            raise
         try:
             version = conn.version(api_key, *_VERSIONS[api_key])
             return await conn.request(api_key, version, timeout=self.timeout_s, **values)
@@ -128,12 +141,22 @@ class UpstreamAdmin:
             raise UpstreamUnavailable(f"upstream {address[0]}:{address[1]}: {e}") from e
         except ConnectionLost as e:
             self._conns.pop(address, None)
+            self._forget_at(address)
             raise UpstreamUnavailable(f"upstream {address[0]}:{address[1]}: {e}") from e
+
+    def _forget_at(self, address: tuple[str, int]) -> None:
+        """A broker that cannot be reached coordinates nothing we know of: asked again."""
+        for g in [g for g, a in self._coordinator_of.items() if a == address]:
+            del self._coordinator_of[g]
 
     # --- group coordinators ----------------------------------------------------------------
 
-    async def coordinators(self, group_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
-        """Each group's upstream coordinator (cached until it answers NOT_COORDINATOR)."""
+    async def coordinators(
+        self, group_ids: Iterable[str], strict: bool = True
+    ) -> dict[str, tuple[str, int]]:
+        """Each group's upstream coordinator (cached until it answers NOT_COORDINATOR or cannot
+        be reached). A group the upstream gives no coordinator for raises UpstreamUnavailable
+        when `strict`, else is left out."""
         out: dict[str, tuple[str, int]] = {}
         wanted = []
         for g in dict.fromkeys(group_ids):
@@ -142,20 +165,38 @@ class UpstreamAdmin:
                 out[g] = known
             else:
                 wanted.append(g)
-        for start in range(0, len(wanted), BATCH):
-            keys = wanted[start : start + BATCH]
-            reply = await self._request(
-                self._any_address(), FIND_COORDINATOR, key_type=GROUP_KEY, coordinator_keys=keys
-            )
-            for c in reply.coordinators:
-                if int(c.error_code) != 0:
+        if not wanted:
+            return out
+        address = self._any_address()
+        conn = await self._conn(address)
+        batched = conn.versions.get(FIND_COORDINATOR, (0, 0))[1] >= BATCHED_KEYS
+        found: list[tuple[str, int, str, int, str | None]] = []  # key, error, host, port, why
+        for start in range(0, len(wanted), BATCH if batched else 1):
+            keys = wanted[start : start + BATCH] if batched else wanted[start : start + 1]
+            if batched:
+                reply = await self._request(
+                    address, FIND_COORDINATOR, key_type=GROUP_KEY, coordinator_keys=keys
+                )
+                found += [
+                    (str(c.key), int(c.error_code), str(c.host), int(c.port), c.error_message)
+                    for c in reply.coordinators
+                ]
+            else:
+                reply = await self._request(address, FIND_COORDINATOR, key=keys[0], key_type=0)
+                found.append(
+                    (keys[0], int(reply.error_code), str(reply.host), int(reply.port),
+                     reply.error_message)
+                )  # fmt: skip
+        for key, error, host, port, why in found:
+            if error:
+                if strict:
                     raise UpstreamUnavailable(
-                        f"upstream FindCoordinator({c.key}): error {int(c.error_code)}"
-                        + (f" ({c.error_message})" if c.error_message else "")
+                        f"upstream FindCoordinator({key}): error {error}"
+                        + (f" ({why})" if why else "")
                     )
-                address = (str(c.host), int(c.port))
-                self._coordinator_of[str(c.key)] = address
-                out[str(c.key)] = address
+                continue
+            self._coordinator_of[key] = (host, port)
+            out[key] = (host, port)
         return out
 
     def _forget(self, group_id: str) -> None:
@@ -167,7 +208,11 @@ class UpstreamAdmin:
         """One request at the group's coordinator, once more after a move."""
         for attempt in range(2):
             address = (await self.coordinators([group]))[group]
-            reply = await self._request(address, api_key, **values)
+            try:
+                reply = await self._request(address, api_key, **values)
+            except UpstreamUnavailable:
+                self._forget(group)
+                raise
             error = int(getattr(reply, "error_code", 0))
             if error in _RETRIED and attempt == 0:
                 self._forget(group)
@@ -179,33 +224,65 @@ class UpstreamAdmin:
 
     # --- groups ----------------------------------------------------------------------------
 
-    async def describe(self, group_ids: Iterable[str]) -> dict[str, UpstreamGroup]:
-        """The upstream coordinator's view of each group (Dead: it has none)."""
+    async def describe(
+        self, group_ids: Iterable[str], strict: bool = True
+    ) -> dict[str, UpstreamGroup]:
+        """The upstream coordinator's view of each group (Dead: it has none), classic groups
+        by DescribeGroups and KIP-848 ones by ConsumerGroupDescribe. A group the upstream
+        cannot describe now (loading, moving, refused) raises UpstreamUnavailable when
+        `strict`, else is left out: never taken for one without members."""
         by_address: dict[tuple[str, int], list[str]] = {}
-        for g, address in (await self.coordinators(group_ids)).items():
+        for g, address in (await self.coordinators(group_ids, strict)).items():
             by_address.setdefault(address, []).append(g)
         out: dict[str, UpstreamGroup] = {}
         for address, groups in by_address.items():
             for start in range(0, len(groups), BATCH):
-                reply = await self._request(
-                    address, DESCRIBE_GROUPS, groups=groups[start : start + BATCH]
-                )
+                batch = groups[start : start + BATCH]
+                reply = await self._request(address, DESCRIBE_GROUPS, groups=batch)
+                dead = []
                 for d in reply.groups:
-                    error = int(d.error_code)
-                    if error in _RETRIED:
-                        self._forget(str(d.group_id))
-                        continue  # asked again next round
+                    g, error = str(d.group_id), int(d.error_code)
                     if error:
-                        raise UpstreamUnavailable(
-                            f"upstream DescribeGroups({d.group_id}): error {error}"
-                        )
-                    out[str(d.group_id)] = UpstreamGroup(
-                        str(d.group_id),
-                        str(d.group_state),
-                        str(d.protocol_type or ""),
-                        tuple(f"{m.client_host}: {m.client_id}" for m in d.members),
+                        if error in _RETRIED:
+                            self._forget(g)
+                        if strict:
+                            raise UpstreamUnavailable(
+                                f"upstream DescribeGroups({g}): error {error}"
+                            )
+                        continue
+                    members = tuple(f"{m.client_host}: {m.client_id}" for m in d.members)
+                    out[g] = UpstreamGroup(
+                        g, str(d.group_state), str(d.protocol_type or ""), members
                     )
+                    if not members and str(d.group_state) == "Dead":
+                        dead.append(g)
+                if dead:
+                    await self._consumer_groups(address, dead, out, strict)
         return out
+
+    async def _consumer_groups(
+        self,
+        address: tuple[str, int],
+        groups: list[str],
+        out: dict[str, UpstreamGroup],
+        strict: bool,
+    ) -> None:
+        """KIP-848 groups: DescribeGroups (v0-5) answers Dead for them; ask the new API."""
+        conn = await self._conn(address)
+        if CONSUMER_GROUP_DESCRIBE not in conn.versions:
+            return  # an upstream before Kafka 4.0 has no such groups
+        reply = await self._request(address, CONSUMER_GROUP_DESCRIBE, group_ids=groups)
+        for d in reply.groups:
+            g, error = str(d.group_id), int(d.error_code)
+            if error == GROUP_ID_NOT_FOUND:
+                continue  # no consumer group of that id: Dead stands
+            if error:
+                if strict:
+                    raise UpstreamUnavailable(f"upstream ConsumerGroupDescribe({g}): error {error}")
+                out.pop(g, None)
+                continue
+            members = tuple(f"{m.client_host}: {m.client_id}" for m in d.members)
+            out[g] = UpstreamGroup(g, str(d.group_state), "consumer", members)
 
     async def list_groups(self) -> list[str]:
         """Every group id any upstream broker coordinates."""
@@ -224,7 +301,12 @@ class UpstreamAdmin:
         out = []
         for t in reply.topics:
             for p in t.partitions:
-                if int(p.error_code) or int(p.committed_offset) < 0:
+                if int(p.error_code):  # a position we cannot read must not become a reset
+                    raise UpstreamUnavailable(
+                        f"upstream OffsetFetch({group_id}): {t.name}-{p.partition_index}: "
+                        f"error {int(p.error_code)}"
+                    )
+                if int(p.committed_offset) < 0:
                     continue
                 out.append(
                     UpstreamOffset(
@@ -258,14 +340,18 @@ class UpstreamAdmin:
         topics = [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
         for attempt in range(2):
             address = (await self.coordinators([group_id]))[group_id]
-            reply = await self._request(
-                address,
-                OFFSET_COMMIT,
-                group_id=group_id,
-                generation_id_or_member_epoch=-1,
-                member_id="",
-                topics=topics,
-            )
+            try:
+                reply = await self._request(
+                    address,
+                    OFFSET_COMMIT,
+                    group_id=group_id,
+                    generation_id_or_member_epoch=-1,
+                    member_id="",
+                    topics=topics,
+                )
+            except UpstreamUnavailable:
+                self._forget(group_id)
+                raise
             errors = {
                 (str(t.name), int(p.partition_index)): int(p.error_code)
                 for t in reply.topics

@@ -24,7 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from app.group.messages import Error, OffsetCommitPartition, OffsetCommitResponse
+from app.group.messages import (
+    DeleteGroupResult,
+    Error,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+)
 from app.group.state import GroupState
 from app.group.view import GroupSummary, GroupView
 from app.periodic import Periodic
@@ -39,8 +44,10 @@ log = logging.getLogger("app.upstream")
 # a refused or failed import is asked again at most this often per group (its OffsetFetch
 # retries meanwhile get the kept answer)
 RETRY_S: Final = 2.0
-# groups known to need no import (offsets here, or none upstream): a cache, cleared when full
-_SETTLED_MAX: Final = 1_000_000
+# a group the upstream had no offsets for is not asked again for this long (it may get some
+# there only from consumers on the brokers, which the member check sees)
+NOTHING_TTL_S: Final = 60.0
+_NOTHING_MAX: Final = 100_000
 
 
 class GroupsService(Protocol):
@@ -83,7 +90,7 @@ class GroupMover:
         self.importing = mode in ("import", "mirror")
         self.check_s = check_interval_ms / 1000
         self._cluster_id = cluster_id
-        self._settled: set[str] = set()
+        self._nothing: dict[str, float] = {}  # group -> when the upstream had no offsets
         self._inflight: dict[str, asyncio.Task[Error | None]] = {}
         self.refusals: dict[str, Refusal] = {}  # groups whose import waits, and why
         # groups coordinated here that also have live members upstream (the split check)
@@ -97,7 +104,7 @@ class GroupMover:
     async def before_offset_fetch(self, group_id: str) -> Error | None:
         """None: answer the OffsetFetch from here; an error: answer the group with it (the
         import it waits for is refused or failed, and is asked again within RETRY_S)."""
-        if not self.importing or group_id in self._settled:
+        if not self.importing:
             return None
         try:
             has_offsets = self.service.schedule_read(
@@ -106,7 +113,9 @@ class GroupMover:
         except CoordinatorError:
             return None  # not served here now: the fetch itself answers that
         if has_offsets:
-            self._settle(group_id)
+            return None
+        asked = self._nothing.get(group_id)
+        if asked is not None and time.monotonic() - asked < NOTHING_TTL_S:
             return None
         refused = self.refusals.get(group_id)
         if refused is not None and time.monotonic() - refused.at < RETRY_S:
@@ -127,17 +136,20 @@ class GroupMover:
             self._refuse(group_id, f"the upstream cannot be asked: {e}")
             self._count("upstream unavailable")
             return Error.COORDINATOR_LOAD_IN_PROGRESS
-        except CoordinatorError:
-            return None
+        except CoordinatorError as e:
+            return e.error  # e.g. COORD_MAX_GROUPS reached: never "nothing committed"
         if report["refused"]:
             return Error.COORDINATOR_LOAD_IN_PROGRESS
         return None if report["written"] else Error.COORDINATOR_LOAD_IN_PROGRESS
 
-    def _settle(self, group_id: str) -> None:
-        if len(self._settled) >= _SETTLED_MAX:
-            self._settled.clear()
-        self._settled.add(group_id)
+    def _settle(self, group_id: str, nothing_upstream: bool = False) -> None:
         self.refusals.pop(group_id, None)
+        if nothing_upstream:
+            if len(self._nothing) >= _NOTHING_MAX:
+                self._nothing.clear()
+            self._nothing[group_id] = time.monotonic()
+        else:
+            self._nothing.pop(group_id, None)
 
     def _refuse(self, group_id: str, reason: str, members: tuple[str, ...] = ()) -> None:
         known = self.refusals.get(group_id)
@@ -158,19 +170,22 @@ class GroupMover:
     async def import_group(self, group_id: str, dry_run: bool = False) -> dict[str, Any]:
         """Take the group's committed offsets from the upstream where it has none here.
         Raises UpstreamUnavailable, or CoordinatorError when the group is not served here."""
-        upstream = (await self.admin.describe([group_id])).get(group_id)
+        found = await self.admin.describe([group_id])
+        if group_id not in found:
+            raise UpstreamUnavailable(f"the upstream did not describe group {group_id!r}")
+        upstream = found[group_id]
         here = self.service.schedule_read(group_id, lambda core, now: core.describe(group_id))
         report: dict[str, Any] = {
             "group_id": group_id,
             "dry_run": dry_run,
-            "upstream_state": upstream.state if upstream else None,
-            "upstream_members": list(upstream.members) if upstream else [],
+            "upstream_state": upstream.state,
+            "upstream_members": list(upstream.members),
             "refused": None,
             "offsets": [],
             "written": False,
         }
         offsets = await self.admin.fetch_offsets(group_id)
-        if upstream is not None and upstream.live:
+        if upstream.live:
             reason = (
                 f"it has {len(upstream.members)} live member(s) on the upstream's own "
                 f"coordinator ({', '.join(upstream.members[:5])}): two coordinators would each "
@@ -196,7 +211,7 @@ class GroupMover:
         if dry_run or report["refused"]:
             return report
         if not take:
-            self._settle(group_id)
+            self._settle(group_id, nothing_upstream=not offsets)
             report["written"] = True
             self._count("nothing to import")
             return report
@@ -279,9 +294,20 @@ class GroupMover:
                 f"(error codes {sorted(set(failed.values()))}; 25 UNKNOWN_MEMBER_ID: the group "
                 "has members on the upstream's coordinator)"
             )
+        # moved out: the upstream holds its positions now. Its state here goes, so that if it
+        # comes back it imports the positions it reached there, not these older ones (and the
+        # mirror has nothing of it to write back)
+        deleted: DeleteGroupResult = await self.service.schedule_write(
+            "DeleteGroups", group_id, lambda core, h, now: core.delete_group(h, group_id, now)
+        )
+        report["deleted_here"] = deleted.error is Error.NONE
+        self._nothing.pop(group_id, None)
         self.counts.exports += 1
         log.info(
-            "group %r moved out: %d position(s) written to the upstream", group_id, len(offsets)
+            "group %r moved out: %d position(s) written to the upstream%s",
+            group_id,
+            len(offsets),
+            "" if report["deleted_here"] else f" (kept here: {deleted.error.name})",
         )
         return report
 
@@ -297,7 +323,7 @@ class GroupMover:
     async def check_active_groups(self) -> None:
         summaries, _ = self.service.read_all(lambda core: list(core.groups_view()))
         active = [g.group_id for g in summaries if _active(g)]
-        found = await self.admin.describe(active) if active else {}
+        found = await self.admin.describe(active, strict=False) if active else {}
         self.counts.checks += 1
         self.last_check_ms = int(time.time() * 1000)
         live = {g: u for g, u in found.items() if u.live}

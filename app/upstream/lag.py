@@ -108,7 +108,9 @@ class LagTracker:
         self.refreshed_ms = now_ms
         committed = await self._over_cores(_committed)
         totals: dict[str, tuple[int, int]] = {}
-        for group_id, offsets in committed:
+        for i, (group_id, offsets) in enumerate(committed):
+            if i % 1000 == 999:
+                await asyncio.sleep(0)  # many groups: the loop serves requests meanwhile
             lags = [
                 lag for lag in (self.lag(tp, o) for tp, o in offsets.items()) if lag is not None
             ]

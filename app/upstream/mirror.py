@@ -70,13 +70,15 @@ class Mirror:
         changes = self._lease_changes()
         if changes != self._seen_leases:
             # partitions came or went: whatever their last owner had not mirrored is
-            # written once from here
-            self._seen_leases = changes
-            summaries, _ = self.service.read_all(
+            # written once from here (again next round while some still load)
+            groups, loading = self.service.read_all(
                 lambda core: [g for g, grp in core.groups.items() if grp.offsets]
             )
+            if not loading:
+                self._seen_leases = changes
+            self._mirrored.clear()  # what another owner wrote meanwhile is not known here
             now = time.monotonic()
-            for g in summaries:
+            for g in groups:
                 self.dirty.setdefault(g, now)
         if not self.dirty:
             return

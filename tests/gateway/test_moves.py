@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 
 from tests.gateway.test_clients import (
     PARTITIONS,
@@ -170,6 +171,18 @@ def test_an_import_records_its_provenance_and_a_dry_run_changes_nothing(
 # ==== one group, one coordinator ================================================================
 
 
+def wait_refused(node: CoordinatorProcess, group_id: str, timeout: float = 30) -> str:
+    """Until GET /groups/{id} says why the group's import waits; that reason."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(urllib.error.HTTPError):  # 404 until a consumer joins
+            refused = node.get(f"/groups/{group_id}")["upstream"]["import_refused"]
+            if refused:
+                return str(refused)
+        time.sleep(0.2)
+    raise AssertionError(f"the import of {group_id} was never refused")
+
+
 def test_a_group_split_between_the_gateway_and_the_brokers_is_refused_then_flagged(
     gateway_factory: Callable[..., CoordinatorProcess],
     apache_kafka_broker: KafkaBroker,
@@ -189,13 +202,8 @@ def test_a_group_split_between_the_gateway_and_the_brokers_is_refused_then_flagg
             "confluent", workdir(tmp_path, "gw"), node.bootstrap, topic, group_id, 1
         ) as moved:
             # the moved consumer joins here, but its positions wait for the direct one to leave
-            deadline = time.monotonic() + 30
-            refused = None
-            while time.monotonic() < deadline and not refused:
-                with contextlib.suppress(urllib.error.HTTPError):  # 404 until it joins
-                    refused = node.get(f"/groups/{group_id}")["upstream"]["import_refused"]
-                time.sleep(0.2)
-            assert refused and "live member" in refused, refused
+            refused = wait_refused(node, group_id)
+            assert "live member" in refused, refused
             explicit = cli(node, "groups", "import", group_id)
             assert explicit.returncode != 0 and "live member" in explicit.stderr
             time.sleep(2)
@@ -231,3 +239,49 @@ def test_a_group_split_between_the_gateway_and_the_brokers_is_refused_then_flagg
                     metrics = r.read().decode()
                 assert f'coordinator_group_upstream_members{{group="{group_id}"}} 1.0' in metrics
                 assert "has 1 live member(s) on the upstream's own coordinator" in node.log_text()
+
+
+def test_consumers_of_the_new_protocol_on_the_brokers_also_hold_the_import(
+    gateway_factory: Callable[..., CoordinatorProcess],
+    apache_kafka_broker: KafkaBroker,
+    topic: str,
+    tmp_path: Path,
+) -> None:
+    """A KIP-848 group upstream (group.protocol=consumer) is Dead to DescribeGroups: the
+    check asks ConsumerGroupDescribe too."""
+    group_id = f"{topic}-kip848"
+    produce("confluent", apache_kafka_broker.bootstrap, topic, 0, N)
+    node = gateway_factory(**FAST)
+    direct = Consumer(
+        {
+            "bootstrap.servers": apache_kafka_broker.bootstrap,
+            "group.id": group_id,
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    closed = False
+    try:
+        direct.subscribe([topic])
+        read = 0
+        deadline = time.monotonic() + 60
+        while read < N and time.monotonic() < deadline:
+            msg = direct.poll(0.2)
+            if msg is not None and msg.error() is None:
+                direct.commit(message=msg, asynchronous=False)
+                read += 1
+        assert read == N
+        with RecordGroup(
+            "confluent", workdir(tmp_path, "gw"), node.bootstrap, topic, group_id, 1
+        ) as moved:
+            refused = wait_refused(node, group_id)
+            assert "live member" in refused, refused
+            direct.close()  # a KIP-848 member leaves at once
+            closed = True
+            produce("confluent", apache_kafka_broker.bootstrap, topic, N, M)
+            consume_to_end(moved, apache_kafka_broker, topic, values(N, M))
+            check_read_once(moved, values(N, M))
+    finally:
+        if not closed:
+            direct.close()
