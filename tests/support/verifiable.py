@@ -1,0 +1,273 @@
+"""Apache Kafka's own verification tools as test drivers: `VerifiableProducer` and
+`VerifiableConsumer` (kafka-tools 4.x, on tests/java's classpath), each a JVM printing one JSON
+event per line, and the checks Kafka's system tests (`consumer_test.py`, the
+VerifiableConsumer service) make on those events:
+
+- every record the producer saw acknowledged is consumed (at least once);
+- per partition, the successfully committed offsets never decrease;
+- after every assignment, a member's first record of a partition is at the partition's last
+  committed offset (nothing skipped past a commit, nothing committed read again);
+- no partition is owned by two live members at the same time.
+
+Events are ordered by the timestamp each tool writes in them (the wall clock of this one
+machine, shared by every JVM), not by when this process read them: a JVM's output reaches us
+later than it happened, and a commit read after another member's assignment may have been
+made before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.java import java_command
+
+PRODUCER_CLASS = "org.apache.kafka.tools.VerifiableProducer"
+CONSUMER_CLASS = "org.apache.kafka.tools.VerifiableConsumer"
+ASSIGNORS = {
+    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
+    "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+    "sticky": "org.apache.kafka.clients.consumer.StickyAssignor",
+    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+}
+
+TP = tuple[str, int]
+
+
+@dataclass
+class Event:
+    at: float  # wall-clock seconds: the event's own timestamp
+    body: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.body.get("name", ""))
+
+
+class Tool:
+    """One JVM of the verifiable tools; its JSON events collected by a reader thread."""
+
+    def __init__(self, name: str, workdir: Path, main_class: str, args: list[str]) -> None:
+        self.name = name
+        self.args = args
+        self.main_class = main_class
+        self.stderr_path = workdir / f"{name}.stderr"
+        self.events: list[Event] = []
+        self._lock = threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                java_command(self.main_class, *self.args, log_level="warn"),
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+            )
+        proc = self.proc
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                body = json.loads(line)
+            except ValueError:
+                continue
+            at = body.get("timestamp")
+            at = at / 1000 if isinstance(at, int | float) else time.time()
+            with self._lock:
+                self.events.append(Event(at, body))
+        with self._lock:
+            self.events.append(Event(time.time(), {"name": "exited"}))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def named(self, *names: str) -> list[Event]:
+        with self._lock:
+            return [e for e in self.events if e.name in names]
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM: the tool closes its client (a static member sends no LeaveGroup)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def tail(self, n: int = 30) -> str:
+        with self._lock:
+            shown = [json.dumps(e.body)[:300] for e in self.events[-n:]]
+        try:
+            err = self.stderr_path.read_text(errors="replace").splitlines()[-10:]
+        except OSError:
+            err = []
+        return "\n".join([f"--- {self.name}", *shown, "--- stderr", *err])
+
+
+def producer(workdir: Path, bootstrap: str, topic: str, count: int, throughput: int = -1) -> Tool:
+    """Numbered records (values "0", "1", ...), acks=all."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--max-messages", str(count)]
+    args += ["--acks", "-1", "--throughput", str(throughput)]
+    return Tool("producer", workdir, PRODUCER_CLASS, args)
+
+
+def consumer(
+    workdir: Path,
+    name: str,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    *,
+    instance: str | None = None,
+    assignor: str = "range",
+    auto_commit: bool = False,
+    session_timeout_ms: int = 30_000,
+    protocol: str = "classic",
+) -> Tool:
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group]
+    args += ["--group-protocol", protocol, "--reset-policy", "earliest", "--verbose"]
+    if protocol == "classic":
+        args += ["--assignment-strategy", ASSIGNORS[assignor]]
+        args += ["--session-timeout", str(session_timeout_ms)]
+    if instance is not None:
+        args += ["--group-instance-id", instance]
+    if auto_commit:
+        args += ["--enable-autocommit"]
+    return Tool(name, workdir, CONSUMER_CLASS, args)
+
+
+def acked(p: Tool) -> set[TP]:
+    """(partition as topic, partition), offset pairs of every acknowledged record."""
+    out: set[Any] = set()
+    for e in p.named("producer_send_success"):
+        out.add(((e.body["topic"], int(e.body["partition"])), int(e.body["offset"])))
+    return out
+
+
+def consumed(consumers: Iterable[Tool]) -> set[Any]:
+    out: set[Any] = set()
+    for c in consumers:
+        for e in c.named("record_data"):
+            out.add(((e.body["topic"], int(e.body["partition"])), int(e.body["offset"])))
+    return out
+
+
+def _tps(body: dict[str, Any]) -> list[TP]:
+    return [(p["topic"], int(p["partition"])) for p in body.get("partitions", [])]
+
+
+@dataclass
+class Verdict:
+    violations: list[str] = field(default_factory=list)
+
+    def add(self, what: str) -> None:
+        if len(self.violations) < 50:
+            self.violations.append(what)
+
+
+def check(p: Tool, consumers: list[Tool]) -> list[str]:
+    """Kafka's properties over the tools' events (the module docstring); the violations."""
+    v = Verdict()
+    missing = acked(p) - consumed(consumers)
+    if missing:
+        v.add(f"{len(missing)} acknowledged records never consumed, e.g. {sorted(missing)[:5]}")
+    # every successful commit of every member, in the order they were read
+    commits: list[tuple[float, TP, int, str]] = []
+    for c in consumers:
+        for e in c.named("offsets_committed"):
+            if e.body.get("success"):
+                for o in e.body.get("offsets", []):
+                    commits.append(
+                        (e.at, (o["topic"], int(o["partition"])), int(o["offset"]), c.name)
+                    )
+    commits.sort()
+    last: dict[TP, int] = {}
+    for _, tp, offset, who in commits:
+        if offset < last.get(tp, 0):
+            v.add(f"{tp}: {who} committed {offset} after {last[tp]} had been committed")
+        last[tp] = max(last.get(tp, 0), offset)
+    # ownership intervals: assigned -> revoked (or the member's exit)
+    owned: dict[TP, list[tuple[float, float, str]]] = {}
+    for c in consumers:
+        held: dict[TP, float] = {}
+        for e in c.named("partitions_assigned", "partitions_revoked", "exited"):
+            if e.name == "partitions_assigned":
+                for tp in _tps(e.body):
+                    held.setdefault(tp, e.at)
+            else:
+                gone = list(held) if e.name == "exited" else _tps(e.body)
+                for tp in gone:
+                    if tp in held:
+                        owned.setdefault(tp, []).append((held.pop(tp), e.at, c.name))
+        for tp, since in held.items():
+            owned.setdefault(tp, []).append((since, float("inf"), c.name))
+    for tp, spans in owned.items():
+        spans.sort()
+        end, holder = float("-inf"), ""  # the latest end so far, and whose
+        for start, stop, who in spans:
+            if who != holder and start < end:
+                v.add(f"{tp} owned by {holder} and {who} at once ({end - start:.2f} s)")
+            if stop > end:
+                end, holder = stop, who
+    # after each assignment, a partition's first record is at most at its last commit: any
+    # commit that set the new owner's position was made before that record was read (the
+    # previous owner's last commit may be stamped after the assignment event itself)
+    for c in consumers:
+        events = c.named("partitions_assigned", "record_data")
+        for i, e in enumerate(events):
+            if e.name != "partitions_assigned":
+                continue
+            for tp in _tps(e.body):
+                first = next(
+                    (
+                        r
+                        for r in events[i + 1 :]
+                        if r.name == "record_data"
+                        and (r.body["topic"], int(r.body["partition"])) == tp
+                    ),
+                    None,
+                )
+                if first is None:
+                    continue
+                want = _committed_before(commits, first.at).get(tp, 0)
+                offset = int(first.body["offset"])
+                if offset > want:
+                    v.add(f"{c.name}: {tp} resumed at {offset}, past the commit {want} (skipped)")
+    return v.violations
+
+
+def _committed_before(commits: list[tuple[float, TP, int, str]], at: float) -> dict[TP, int]:
+    out: dict[TP, int] = {}
+    for when, tp, offset, _ in commits:
+        if when > at:
+            break
+        out[tp] = max(out.get(tp, 0), offset)
+    return out
+
+
+def assignments_since(c: Tool, at: float) -> list[Event]:
+    """Assignment changes after `at` (wall-clock seconds, time.time())."""
+    return [e for e in c.named("partitions_assigned", "partitions_revoked") if e.at > at]
