@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.admin.errors import Conflict, NotFound, Unavailable
-from app.group.consumer_protocol import decode_assignment
+from app.group.consumer_protocol import assigned_partitions
 from app.group.ownership import ownership
 from app.group.view import GroupView
 from app.runtime.node import CoordinatorNode
@@ -25,22 +25,6 @@ NO_UPSTREAM = (
 def groups_upstream(node: CoordinatorNode) -> GroupsUpstream | None:
     up = node.upstream
     return up if isinstance(up, GroupsUpstream) else None
-
-
-def _assigned(g: GroupView) -> set[tuple[str, int]]:
-    out: set[tuple[str, int]] = set()
-    if g.protocol_type != "consumer":
-        return out
-    for m in g.members:
-        if not m.assignment:
-            continue
-        try:
-            parts = decode_assignment(m.assignment).partitions
-        except Exception:  # opaque bytes: nothing assigned we can name
-            continue
-        for topic, partitions in parts:
-            out.update((topic, p) for p in partitions)
-    return out
 
 
 def lag_view(node: CoordinatorNode, g: GroupView) -> dict[str, Any]:
@@ -64,7 +48,8 @@ def lag_view(node: CoordinatorNode, g: GroupView) -> dict[str, Any]:
             ],
             "history": [],
         }
-    return up.lag.group_lag(g.group_id, g.offsets, _assigned(g))
+    assigned = assigned_partitions(g.protocol_type, (m.assignment for m in g.members))
+    return up.lag.group_lag(g.group_id, g.offsets, assigned)
 
 
 def ownership_view(node: CoordinatorNode, g: GroupView) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ the admin views. Newer versions only append fields, so the highest known layout 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from app.group.immutable import immutable
 
@@ -100,6 +101,26 @@ def decode_assignment(data: bytes) -> Assignment:
     partitions = r.topic_partitions()
     user_data = r.bytes_() if not r.at_end() else None
     return Assignment(version, partitions, user_data)
+
+
+def assigned_partitions(
+    protocol_type: str | None, assignments: Iterable[bytes]
+) -> set[tuple[str, int]]:
+    """The partitions a consumer group's members' assignments name; an assignment that does
+    not decode (opaque bytes) names none."""
+    out: set[tuple[str, int]] = set()
+    if protocol_type != "consumer":
+        return out
+    for data in assignments:
+        if not data:
+            continue
+        try:
+            parts = decode_assignment(data).partitions
+        except (ValueError, struct.error, UnicodeDecodeError):
+            continue
+        for topic, partitions in parts:
+            out.update((topic, p) for p in partitions)
+    return out
 
 
 def subscription_topics(data: bytes) -> set[str] | None:

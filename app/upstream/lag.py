@@ -12,14 +12,13 @@ has no lag (None), never a negative one. Each group's total is sampled into a on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from app.group.consumer_protocol import decode_assignment
+from app.group.consumer_protocol import assigned_partitions
 from app.periodic import Periodic
 from app.upstream.client import UpstreamAdmin, UpstreamUnavailable
 from app.upstream.groups import GroupsService
@@ -38,15 +37,8 @@ HISTORY_GROUPS: Final = 10_000  # groups with a series; the rest show their curr
 
 def group_partitions(group: Group) -> set[tuple[str, int]]:
     """The partitions a group commits to or its members are assigned."""
-    out = set(group.offsets)
-    if group.protocol_type == "consumer":
-        for m in group.members.values():
-            if not m.assignment:
-                continue
-            with contextlib.suppress(Exception):  # opaque bytes: nothing assigned we know of
-                for topic, partitions in decode_assignment(m.assignment).partitions:
-                    out.update((topic, p) for p in partitions)
-    return out
+    assignments = (m.assignment for m in group.members.values())
+    return set(group.offsets) | assigned_partitions(group.protocol_type, assignments)
 
 
 def _collect(core: GroupCoordinator) -> list[tuple[str, int]]:

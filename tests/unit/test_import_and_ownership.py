@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+from app.group.consumer_protocol import assigned_partitions
 from app.group.messages import Error, OffsetCommitPartition
 from app.group.ownership import ownership
 from app.group.records import OFFSET_SOURCE_UPSTREAM
@@ -103,3 +104,9 @@ def test_a_well_assigned_group_has_nothing_to_flag() -> None:
     view = ctx.coordinator.describe(GROUP)
     assert view is not None
     assert ownership(view, {"t": 2}) == (GROUP, view.generation, (), (), ())
+
+
+def test_assigned_partitions_are_those_a_consumer_groups_assignments_name() -> None:
+    assignments = [_assignment(("t", 0), ("u", 1)), b"", b"\x00\x01junk", _assignment(("t", 2))]
+    assert assigned_partitions("consumer", assignments) == {("t", 0), ("u", 1), ("t", 2)}
+    assert assigned_partitions("connect", assignments) == set()  # not the consumer protocol
