@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,6 @@ pytestmark = pytest.mark.timeout(300)
 
 N = 150
 M = 45
-
-
-def metrics(node: CoordinatorProcess) -> str:
-    with urllib.request.urlopen(node.admin_url + "/metrics", timeout=10) as r:
-        return r.read().decode()
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -94,7 +88,7 @@ def test_lag_agrees_everywhere_with_the_upstreams_log_end_offsets(
     assert {p: int(r["LAG"]) for p, r in tool.items()} == want
 
     series = f'coordinator_group_lag{{group="{group_id}"}}'
-    text = wait_for(lambda: t if series in (t := metrics(node)) else None, 15, "lag metric")
+    text = wait_for(lambda: t if series in (t := node.metrics_text()) else None, 15, "lag metric")
     assert f'coordinator_group_lag{{group="{group_id}"}} {float(M)}' in text
     assert f'coordinator_group_lag_max{{group="{group_id}"}} {float(max(want.values()))}' in text
 
@@ -161,7 +155,7 @@ def test_a_partition_nobody_owns_is_flagged_and_so_is_one_added_upstream(
         return (
             unowned() == want
             and listed[group_id]["unowned_partitions"] == count
-            and series in metrics(node)
+            and series in node.metrics_text()
         )
 
     def checks() -> bool:
@@ -187,7 +181,7 @@ def test_a_partition_nobody_owns_is_flagged_and_so_is_one_added_upstream(
     asyncio.run(_leader_leaving_a_partition_out(node, group_id, topic, until))
     assert seen.get("grown"), f"not flagged in time: {seen.keys()}"
     wait_for(
-        lambda: "coordinator_groups_with_unowned_partitions 0.0" in metrics(node),
+        lambda: "coordinator_groups_with_unowned_partitions 0.0" in node.metrics_text(),
         15,
         "the flag cleared once the group left",
     )

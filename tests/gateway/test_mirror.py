@@ -7,7 +7,6 @@ there."""
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,10 +49,9 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker
 
 
 def metric(node: CoordinatorProcess, name: str) -> float:
-    with urllib.request.urlopen(node.admin_url + "/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "_total "):
-                return float(line.split()[-1])
+    for line in node.metrics_text().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "_total "):
+            return float(line.split()[-1])
     raise AssertionError(f"{name} not in /metrics")
 
 

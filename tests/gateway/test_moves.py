@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,6 +134,23 @@ def test_a_group_moved_to_the_gateway_resumes_at_its_upstream_commits(
     del cluster_id  # provenance is checked where nothing was committed since (next test)
 
 
+def test_with_the_import_off_a_moved_group_starts_from_its_reset_policy(
+    gateway_factory: Callable[..., CoordinatorProcess],
+    apache_kafka_broker: KafkaBroker,
+    topic: str,
+    tmp_path: Path,
+) -> None:
+    group_id = f"{topic}-off"
+    produce("confluent", apache_kafka_broker.bootstrap, topic, 0, N)
+    direct_group_reads("confluent", apache_kafka_broker, topic, group_id, tmp_path, N, static=False)
+    node = gateway_factory(COORD_UPSTREAM_OFFSETS="off", **FAST)
+    with RecordGroup("confluent", workdir(tmp_path, "gw"), node.bootstrap, topic, group_id) as g:
+        assemble(node, g)
+        consume_to_end(g, apache_kafka_broker, topic, values(0, N))
+        check_read_once(g, values(0, N))  # from the earliest offset: nothing was taken
+    assert cluster_groups(node)["imports"] == {}
+
+
 def test_an_import_records_its_provenance_and_a_dry_run_changes_nothing(
     gateway_factory: Callable[..., CoordinatorProcess],
     apache_kafka_broker: KafkaBroker,
@@ -235,8 +251,7 @@ def test_a_group_split_between_the_gateway_and_the_brokers_is_refused_then_flagg
                 assert len(flagged["live_members_upstream"]) == 1, flagged
                 listed = {g["group_id"]: g for g in node.get("/groups")}
                 assert listed[group_id]["upstream_members"] == 1
-                with urllib.request.urlopen(node.admin_url + "/metrics", timeout=10) as r:
-                    metrics = r.read().decode()
+                metrics = node.metrics_text()
                 assert f'coordinator_group_upstream_members{{group="{group_id}"}} 1.0' in metrics
                 assert "has 1 live member(s) on the upstream's own coordinator" in node.log_text()
 

@@ -199,6 +199,11 @@ class CoordinatorProcess:
         with urllib.request.urlopen(self.admin_url + path, timeout=timeout) as r:
             return json.loads(r.read())
 
+    def metrics_text(self, timeout: float = 10.0) -> str:
+        """GET /metrics: the Prometheus exposition text."""
+        with urllib.request.urlopen(self.admin_url + "/metrics", timeout=timeout) as r:
+            return str(r.read().decode())
+
     def cluster(self, timeout: float = 2.0) -> dict[str, Any] | None:
         """This node's /cluster view, or None if it does not answer."""
         if not self.live:
