@@ -110,15 +110,17 @@ class Gateway:
         gives them."""
         return [(self.ports.coordinator_id(b.node_id), b.host, b.port) for b in gateways]
 
-    def api_versions(self, version: int, request: Any, authorized: bool) -> Any:
-        """ApiVersions through the gateway; `authorized` (our ACLs on): only the relayed APIs
-        whose requests the gateway checks (app/gateway/authorize.py)."""
+    def advertised_ranges(self, authorized: bool) -> dict[int, tuple[int, int]]:
+        """What ApiVersions advertises through the gateway; `authorized` (our ACLs on): only
+        the relayed APIs whose requests the gateway checks (app/gateway/authorize.py)."""
         upstream = self.cluster.versions or BASELINE  # unreachable since the start
         if authorized:
-            ranges = advertised(local_ranges(), upstream, AUTHORIZED, CHECK_CAPS)
-        else:
-            ranges = advertised(local_ranges(), upstream)
-        return api_versions_answer(version, request, ranges)
+            return advertised(local_ranges(), upstream, AUTHORIZED, CHECK_CAPS)
+        return advertised(local_ranges(), upstream)
+
+    def api_versions(self, version: int, request: Any, authorized: bool) -> Any:
+        """ApiVersions through the gateway (`advertised_ranges`)."""
+        return api_versions_answer(version, request, self.advertised_ranges(authorized))
 
     def status(self, listeners: list[Listener]) -> dict[str, Any]:
         """What /cluster and /readyz say of the upstream, with each broker's gateway

@@ -34,6 +34,7 @@ from app.gateway.routes import (
     route,
 )
 from app.gateway.upstream import UpstreamLink, open_link
+from app.kafka.apis import unsupported_api_versions_frame
 from app.kafka.connection import SIZE, ReplySlot
 from app.kafka.dispatch import KafkaConnection, Listening
 from app.kafka.gate import REQUEST_PREFIX
@@ -66,6 +67,8 @@ class Hub(Protocol):
     ) -> tuple[Callable[[int], tuple[str, int] | None], list[tuple[int, str, int]]]: ...
 
     def api_versions(self, version: int, request: Any, authorized: bool) -> Any: ...
+
+    def advertised_ranges(self, authorized: bool) -> dict[int, tuple[int, int]]: ...
 
 
 class GatewayListening(Listening, Protocol):
@@ -123,8 +126,10 @@ class GatewayConnection(KafkaConnection):
 
     def _api_versions(self, frame: bytes, version: int, correlation_id: int) -> None:
         entry = self._table.get((18, version))
-        if entry is None:  # a version we do not know: KIP-511's v0 answer, from the table
-            super().on_request(frame)
+        if entry is None:  # a version we do not know: KIP-511's v0 answer, with what we
+            # advertise (the table alone would hide every relayed API from such a client)
+            ranges = self._gateway.advertised_ranges(self._authorizer is not None)
+            self._emit(unsupported_api_versions_frame(correlation_id, ranges))
             return
         try:
             _, body = entry.decode(frame, self._decode_limits)

@@ -131,21 +131,30 @@ def api_versions_error(ctx: RequestContext, req: Any, error: Error) -> HandlerRe
     return build(response_class(API_VERSIONS, ctx.api_version), error_code=error, api_keys=[])
 
 
-@functools.cache
-def _unsupported_api_versions_body() -> bytes:
+def _unsupported_body(ranges: Mapping[int, tuple[int, int]]) -> bytes:
     # KIP-511: a client newer than us learns our range from a v0-format reply
     return encode_body(
         build(
             response_class(API_VERSIONS, 0),
             error_code=Error.UNSUPPORTED_VERSION,
-            api_keys=_api_keys(local_ranges()),
+            api_keys=_api_keys(ranges),
         )
     )
 
 
-def unsupported_api_versions_frame(correlation_id: int) -> bytes:
-    """Reply to ApiVersions at a version we do not know: v0 layout, header v0."""
-    return frame_response(correlation_id, False, _unsupported_api_versions_body())
+@functools.cache
+def _unsupported_api_versions_body() -> bytes:
+    return _unsupported_body(local_ranges())
+
+
+def unsupported_api_versions_frame(
+    correlation_id: int, ranges: Mapping[int, tuple[int, int]] | None = None
+) -> bytes:
+    """Reply to ApiVersions at a version we do not know: v0 layout, header v0, listing
+    `ranges` (a gateway's, which a client such as franz-go takes as the whole table rather
+    than retry) or the table's."""
+    body = _unsupported_api_versions_body() if ranges is None else _unsupported_body(ranges)
+    return frame_response(correlation_id, False, body)
 
 
 def unsupported_version_reply(api_key: int, correlation_id: int) -> bytes | None:
