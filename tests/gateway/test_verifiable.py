@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,13 +21,14 @@ from tests.support.java import java_build  # noqa: F401 - a fixture
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.nodes import CoordinatorProcess
 from tests.support.verifiable import (
-    Tool,
-    acked,
     assignments_since,
-    check,
-    consumed,
     consumer,
+    finish,
     producer,
+    rejoined,
+    settled,
+    verdict,
+    wait,
 )
 
 pytestmark = [pytest.mark.verify, pytest.mark.timeout(300)]
@@ -36,63 +38,15 @@ RATE = 200  # records per second: the producer runs about 15 s, while members co
 PARTITIONS = 3  # the `topic` fixture's
 
 
-def wait(pred: Callable[[], bool], timeout: float, what: str, tools: list[Tool]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not after {timeout} s\n" + "\n".join(t.tail() for t in tools))
-
-
-def owned_now(c: Tool) -> set[tuple[str, int]]:
-    """What a member owns by its events: eager assignors revoke everything and assign the
-    whole set, cooperative ones add and revoke increments."""
-    held: set[tuple[str, int]] = set()
-    for e in c.named("partitions_assigned", "partitions_revoked", "exited"):
-        tps = {(p["topic"], int(p["partition"])) for p in e.body.get("partitions", [])}
-        if e.name == "partitions_assigned":
-            held |= tps
-        elif e.name == "partitions_revoked":
-            held -= tps
-        else:
-            held.clear()
-    return held
-
-
-def settled(node: CoordinatorProcess, group: str, consumers: list[Tool]) -> Callable[[], bool]:
-    """The group Stable with every member, each partition owned by exactly one of them, and
-    no member rebalanced for the last 2 s."""
-
-    def done() -> bool:
+def view(node: CoordinatorProcess, group: str) -> Callable[[], dict[str, Any] | None]:
+    def read() -> dict[str, Any] | None:
         try:
-            g = node.get(f"/groups/{group}")
+            g: dict[str, Any] = node.get(f"/groups/{group}")
+            return g
         except OSError:
-            return False
-        if g["state"] != "Stable" or len(g["members"]) != len(consumers):
-            return False
-        owned = [tp for c in consumers for tp in owned_now(c)]
-        quiet = all(not assignments_since(c, time.time() - 2) for c in consumers)
-        return len(owned) == len(set(owned)) == PARTITIONS and quiet
+            return None
 
-    return done
-
-
-def rejoined(c: Tool, since: float) -> Callable[[], bool]:
-    return lambda: bool(assignments_since(c, since))
-
-
-def finish(p: Tool, consumers: list[Tool]) -> float:
-    """The producer's records all acknowledged and consumed; then every member stops (their
-    closing revokes what they own). When they began to stop."""
-    wait(lambda: not p.alive, 120, "the producer finished", [p])
-    assert len(acked(p)) == RECORDS, p.tail()
-    wait(lambda: acked(p) <= consumed(consumers), 90, "every acked record consumed", consumers)
-    time.sleep(1.5)  # the last commits (after each batch) land
-    stopping = time.time()
-    for c in consumers:
-        c.stop()
-    return stopping
+    return read
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
@@ -116,7 +70,7 @@ def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
     try:
         for c in members:
             c.start()
-        wait(settled(node, group, members), 60, "the group settled", members)
+        wait(settled(view(node, group), members, PARTITIONS), 60, "the group settled", members)
         p.start()
         time.sleep(3)
         generation = node.get(f"/groups/{group}")["generation"]
@@ -129,9 +83,8 @@ def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
             "the bounced member got its partitions back",
             members,
         )
-        stopping = finish(p, members)
-        violations = check(p, members)
-        assert not violations, "\n".join(violations) + "\n" + "\n".join(m.tail() for m in members)
+        stopping = finish(p, members, RECORDS)
+        verdict(p, members)
         for other in (members[0], members[2]):
             moved = [e for e in assignments_since(other, bounced_at) if e.at < stopping]
             timeline = node.get(f"/groups/{group}/timeline")
@@ -156,7 +109,7 @@ def test_dynamic_members_rolling_bounce_loses_nothing_and_owns_nothing_twice(
     try:
         for c in members:
             c.start()
-        wait(settled(node, group, members), 60, "the group settled", members)
+        wait(settled(view(node, group), members, PARTITIONS), 60, "the group settled", members)
         p.start()
         for c in members:  # one at a time: a clean leave, a rejoin, the group rebalances twice
             time.sleep(2)
@@ -164,9 +117,8 @@ def test_dynamic_members_rolling_bounce_loses_nothing_and_owns_nothing_twice(
             c.stop()
             c.start()
             wait(rejoined(c, since), 60, f"{c.name} rejoined", members)
-        finish(p, members)
-        violations = check(p, members)
-        assert not violations, "\n".join(violations) + "\n" + "\n".join(m.tail() for m in members)
+        finish(p, members, RECORDS)
+        verdict(p, members)
     finally:
         for t in (p, *members):
             t.kill()

@@ -163,8 +163,10 @@ class KafkaBroker:
         initial_rebalance_delay_ms: int = 300,
         port: int | None = None,
         request_log: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         self.workdir = workdir
+        self.host = host  # where clients reach it (the controller stays on loopback)
         self.port = port or free_port()
         self.controller_port = port + 1 if port else free_port()
         self.log_dir = workdir / "kraft-log"
@@ -176,11 +178,11 @@ class KafkaBroker:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.port)
+        return (self.host, self.port)
 
     def config(self) -> dict[str, str]:
         return {
@@ -188,9 +190,9 @@ class KafkaBroker:
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
             "listeners": (
-                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+                f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
             ),
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -324,11 +326,13 @@ class ClusterNode(KafkaBroker):
         *,
         request_log: bool = False,
         initial_rebalance_delay_ms: int = 300,
+        host: str = "127.0.0.1",
     ) -> None:
         super().__init__(
             cluster.workdir / f"node-{node_id}",
             initial_rebalance_delay_ms=initial_rebalance_delay_ms,
             request_log=request_log,
+            host=host,
         )
         self.cluster = cluster
         self.node_id = node_id
@@ -366,7 +370,12 @@ class KafkaCluster:
     SIZE = 3
 
     def __init__(
-        self, workdir: Path, *, request_log: bool = False, initial_rebalance_delay_ms: int = 300
+        self,
+        workdir: Path,
+        *,
+        request_log: bool = False,
+        initial_rebalance_delay_ms: int = 300,
+        host: str = "127.0.0.1",
     ) -> None:
         self.workdir = workdir
         self._admin_client: Any = None
@@ -378,6 +387,7 @@ class KafkaCluster:
                     i,
                     request_log=request_log,
                     initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+                    host=host,
                 )
             )
 

@@ -60,8 +60,12 @@ class CoordinatorProcess:
         env_overrides: dict[str, str] | None = None,
         *,
         node_id: int | None = None,
+        host: str = "127.0.0.1",
+        command_prefix: tuple[str, ...] = (),
     ) -> None:
         self.db_url = db_url
+        self.host = host  # both listeners' (a network namespace's address, say)
+        self.command_prefix = command_prefix  # e.g. `ip netns exec NS`
         self.workdir = workdir
         self.env_overrides = dict(env_overrides or {})
         self.node_id = node_id
@@ -74,15 +78,15 @@ class CoordinatorProcess:
 
     @property
     def address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.kafka_port)
+        return (self.host, self.kafka_port)
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        return f"{self.host}:{self.kafka_port}"
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"http://{self.host}:{self.admin_port}"
 
     @property
     def db_path(self) -> Path:
@@ -100,7 +104,7 @@ class CoordinatorProcess:
         env.update(
             COORD_DATABASE_URL=self.db_url,
             COORD_KAFKA_LISTEN=self.bootstrap,
-            COORD_ADMIN_LISTEN=f"127.0.0.1:{self.admin_port}",
+            COORD_ADMIN_LISTEN=f"{self.host}:{self.admin_port}",
             PYTHONUNBUFFERED="1",
         )
         if self.node_id is not None:
@@ -117,7 +121,7 @@ class CoordinatorProcess:
         self.log_paths.append(path)
         with open(path, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "serve"],
+                [*self.command_prefix, sys.executable, "-m", "cli.main", "serve"],
                 cwd=ROOT,
                 env=self.env(),
                 stdout=out,

@@ -55,8 +55,12 @@ class PrivatePostgres:
         port: int | None = None,
         prefix: str = "coord-pg-",
         fsync: bool = False,
+        hosts: tuple[str, ...] = (),
+        trust_from: tuple[str, ...] = (),
     ) -> None:
         self.bin = find_pg_bin()
+        self.hosts = hosts  # addresses it listens on beside 127.0.0.1
+        self.trust_from = trust_from  # the networks (CIDR) it lets in beside loopback
         self.as_root = os.geteuid() == 0
         if self.as_root:
             try:
@@ -114,7 +118,7 @@ class PrivatePostgres:
             f.write(
                 "\n# private, disposable cluster of the test suite\n"
                 f"port = {self.port}\n"
-                "listen_addresses = '127.0.0.1'\n"
+                f"listen_addresses = '{','.join(('127.0.0.1', *self.hosts))}'\n"
                 f"unix_socket_directories = '{self.sockdir}'\n"
                 "max_connections = 200\n"
                 "shared_buffers = 32MB\n"
@@ -127,6 +131,8 @@ class PrivatePostgres:
                 "log_min_messages = warning\n"
                 "log_connections = off\n"
             )
+        with open(self.datadir / "pg_hba.conf", "a") as f:
+            f.writelines(f"host all all {net} trust\n" for net in self.trust_from)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -177,8 +183,8 @@ class PrivatePostgres:
 
     # --- access ------------------------------------------------------------------------------
 
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql+asyncpg://{self.superuser}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", host: str = "127.0.0.1") -> str:
+        return f"postgresql+asyncpg://{self.superuser}@{host}:{self.port}/{database}"
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{self.superuser}@127.0.0.1:{self.port}/{database}"

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -271,3 +271,77 @@ def _committed_before(commits: list[tuple[float, TP, int, str]], at: float) -> d
 def assignments_since(c: Tool, at: float) -> list[Event]:
     """Assignment changes after `at` (wall-clock seconds, time.time())."""
     return [e for e in c.named("partitions_assigned", "partitions_revoked") if e.at > at]
+
+
+# --- driving a scenario --------------------------------------------------------------------
+
+
+def wait(pred: Callable[[], bool], timeout: float, what: str, tools: Iterable[Tool]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not after {timeout} s\n" + "\n".join(t.tail() for t in tools))
+
+
+def owned_now(c: Tool) -> set[TP]:
+    """What a member owns by its events: eager assignors revoke everything and assign the
+    whole set, cooperative ones add and revoke increments."""
+    held: set[TP] = set()
+    for e in c.named("partitions_assigned", "partitions_revoked", "exited"):
+        if e.name == "partitions_assigned":
+            held |= set(_tps(e.body))
+        elif e.name == "partitions_revoked":
+            held -= set(_tps(e.body))
+        else:
+            held.clear()
+    return held
+
+
+def settled(
+    view: Callable[[], dict[str, Any] | None], consumers: list[Tool], partitions: int
+) -> Callable[[], bool]:
+    """The group (as `view` reads it from the admin API, None while no node answers) Stable
+    with every member, each partition owned by exactly one of them, and no member rebalanced
+    for the last 2 s."""
+
+    def done() -> bool:
+        g = view()
+        if g is None or g["state"] != "Stable" or len(g["members"]) != len(consumers):
+            return False
+        owned = [tp for c in consumers for tp in owned_now(c)]
+        quiet = all(not assignments_since(c, time.time() - 2) for c in consumers)
+        return len(owned) == len(set(owned)) == partitions and quiet
+
+    return done
+
+
+def finish(
+    p: Tool, consumers: list[Tool], records: int, timeout: float = 120, lossy: bool = False
+) -> float:
+    """The producer done and every record it saw acknowledged consumed; then every member stops
+    (their closing revokes what they own). When they began to stop. The producer does not retry
+    (Kafka's VerifiableProducer sets retries=0), so a send in flight when a node dies fails:
+    `lossy` scenarios accept that for up to a tenth of the records (never for an acked one)."""
+    wait(lambda: not p.alive, timeout, "the producer finished", [p])
+    errors = [e.body for e in p.named("producer_send_error")]
+    floor = records * 9 // 10 if lossy else records
+    assert len(acked(p)) >= floor, f"{len(acked(p))} of {records} acked: {errors[:5]}"
+    wait(lambda: acked(p) <= consumed(consumers), timeout, "every acked record consumed", consumers)
+    time.sleep(1.5)  # the last commits (after each batch) land
+    stopping = time.time()
+    for c in consumers:
+        c.stop()
+    return stopping
+
+
+def verdict(p: Tool, consumers: list[Tool], context: str = "") -> None:
+    """Fail with every violation, the members' last events and `context` (a seed, a log)."""
+    violations = check(p, consumers)
+    assert not violations, "\n".join([*violations, context, *(c.tail() for c in consumers)])
+
+
+def rejoined(c: Tool, since: float) -> Callable[[], bool]:
+    """`c` has been assigned (or revoked) something since `since`."""
+    return lambda: bool(assignments_since(c, since))
