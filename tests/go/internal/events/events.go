@@ -28,9 +28,9 @@ func Emit(name string, fields map[string]any) {
 	os.Stdout.Write(append(b, '\n'))
 }
 
-// Partitions is a topic's partitions, sorted (a stable shape for the JSON).
+// Partitions is a topic's partitions, sorted, never nil (JSON [] rather than null).
 func Partitions(m map[string][]int32, topic string) []int32 {
-	ps := append([]int32(nil), m[topic]...)
+	ps := append(make([]int32, 0, len(m[topic])), m[topic]...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
 	return ps
 }
