@@ -3,9 +3,10 @@ as Kafka's system tests check them (tests/support/verifiable.py): every acknowle
 consumed, commits never going back, no partition owned twice, nothing skipped past a commit;
 and a static member's bounce within its session timeout moves nobody else.
 
-The first scenarios of the proof on records; the faults (nodes, PostgreSQL, brokers, network
-partitions) come next, and so does `make test` (the `verify` marker keeps them in
-`make verify` until then).
+Members bounce one at a time, cleanly (SIGTERM: the tool closes its consumer) or with kill -9,
+on each of the Java consumer's assignors, with manual and with auto commit. One static and one
+dynamic variant run in `make test`; the rest are `make verify`'s. The node, database, broker
+and network faults are in test_verifiable_faults.py and test_verifiable_brokers.py.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from tests.support.verifiable import (
     wait,
 )
 
-pytestmark = [pytest.mark.verify, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
+HEAVY = pytest.mark.verify  # make verify only
 
 RECORDS = 3000
 RATE = 200  # records per second: the producer runs about 15 s, while members come and go
@@ -49,9 +51,18 @@ def view(node: CoordinatorProcess, group: str) -> Callable[[], dict[str, Any] | 
     return read
 
 
-@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+@pytest.mark.parametrize(
+    ("assignor", "how"),
+    [
+        ("range", "clean"),
+        pytest.param("cooperative-sticky", "clean", marks=HEAVY),
+        pytest.param("sticky", "kill-9", marks=HEAVY),
+        pytest.param("roundrobin", "kill-9", marks=HEAVY),
+    ],
+)
 def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
     assignor: str,
+    how: str,
     java_build: None,  # noqa: F811
     gateway_factory: Callable[..., CoordinatorProcess],
     apache_kafka_broker: KafkaBroker,
@@ -59,7 +70,7 @@ def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
     node = gateway_factory()
-    group = f"{topic}-verifiable-{assignor}"
+    group = f"{topic}-verifiable-{assignor}-{how}"
     members = [
         consumer(
             tmp_path, f"w{i}", node.bootstrap, topic, group, instance=f"w{i}", assignor=assignor
@@ -75,7 +86,7 @@ def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
         time.sleep(3)
         generation = node.get(f"/groups/{group}")["generation"]
         bounced_at = time.time()
-        members[1].stop()
+        members[1].stop() if how == "clean" else members[1].kill()
         members[1].start()  # the same group.instance.id, well within its session timeout
         wait(
             lambda: bool(assignments_since(members[1], bounced_at)),
@@ -95,7 +106,19 @@ def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
             t.kill()
 
 
+@pytest.mark.parametrize(
+    ("assignor", "commit", "how"),
+    [
+        ("cooperative-sticky", "manual", "kill-9"),
+        pytest.param("range", "manual", "clean", marks=HEAVY),
+        pytest.param("roundrobin", "auto", "clean", marks=HEAVY),
+        pytest.param("sticky", "auto", "kill-9", marks=HEAVY),
+    ],
+)
 def test_dynamic_members_rolling_bounce_loses_nothing_and_owns_nothing_twice(
+    assignor: str,
+    commit: str,
+    how: str,
     java_build: None,  # noqa: F811
     gateway_factory: Callable[..., CoordinatorProcess],
     apache_kafka_broker: KafkaBroker,
@@ -103,22 +126,34 @@ def test_dynamic_members_rolling_bounce_loses_nothing_and_owns_nothing_twice(
     tmp_path: Path,
 ) -> None:
     node = gateway_factory()
-    group = f"{topic}-verifiable-rolling"
-    members = [consumer(tmp_path, f"d{i}", node.bootstrap, topic, group) for i in range(3)]
+    group = f"{topic}-verifiable-rolling-{assignor}-{commit}-{how}"
+    members = [
+        consumer(
+            tmp_path,
+            f"d{i}",
+            node.bootstrap,
+            topic,
+            group,
+            assignor=assignor,
+            auto_commit=commit == "auto",
+            session_timeout_ms=10_000,  # a killed member is gone after 10 s
+        )
+        for i in range(3)
+    ]
     p = producer(tmp_path, node.bootstrap, topic, RECORDS, RATE)
     try:
         for c in members:
             c.start()
         wait(settled(view(node, group), members, PARTITIONS), 60, "the group settled", members)
         p.start()
-        for c in members:  # one at a time: a clean leave, a rejoin, the group rebalances twice
+        for c in members:  # one at a time: it leaves (or dies), rejoins, the group rebalances
             time.sleep(2)
             since = time.time()
-            c.stop()
+            c.stop() if how == "clean" else c.kill()
             c.start()
             wait(rejoined(c, since), 60, f"{c.name} rejoined", members)
         finish(p, members, RECORDS)
-        verdict(p, members)
+        verdict(p, members, commits_reported=commit == "manual")
     finally:
         for t in (p, *members):
             t.kill()
