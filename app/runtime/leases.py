@@ -233,9 +233,11 @@ class LeaseManager:
             await self.log.release_lease(p.id, self.node_id, p.epoch, await self.log.clock_ms())
 
     def owner_of(self, pid: int) -> int | None:
-        """The node serving `pid`: this node if it has it, else the live lease holder."""
-        if pid in self.partitions:
-            return self.node_id
+        """The node serving `pid`: this node if it has it, else the live lease holder; None
+        when nobody surely does, our own lease lapsed unrenewed included (cut off from the
+        store, we must not send clients back to ourselves: they ask another node instead)."""
+        if (mine := self.partitions.get(pid)) is not None:
+            return self.node_id if monotonic_ms() < mine.valid_until else None
         row = self.leases.get(pid)
         if row is None or row.owner_node_id == self.node_id:
             return None  # stale view of our own lease: it moved on since the last round

@@ -46,7 +46,9 @@ from tests.support.verifiable import (
     wait,
 )
 
-pytestmark = [pytest.mark.verify, pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
+HEAVY = pytest.mark.verify  # make verify only; the coordinator kill and the cut from
+# PostgreSQL run in make test too
 
 RECORDS = 4000
 RATE = 200  # records a second: about 20 s of producing, while the faults happen
@@ -140,6 +142,7 @@ def test_kill_9_of_the_coordinating_node_moves_no_static_member(
         assert run.generation() == generation
 
 
+@HEAVY
 @pytest.mark.parametrize("stack", [3], indirect=True)
 def test_each_node_killed_in_turn_then_all_at_once(stack: Stack, tmp_path: Path) -> None:
     with Run(stack, tmp_path, "kill-each", static=True) as run:
@@ -159,6 +162,7 @@ def test_each_node_killed_in_turn_then_all_at_once(stack: Stack, tmp_path: Path)
         assert run.generation() == generation
 
 
+@HEAVY
 @pytest.mark.parametrize("stack", [2], indirect=True)
 def test_postgres_stopped_and_started_again(stack: Stack, tmp_path: Path) -> None:
     with Run(stack, tmp_path, "pg-restart", static=False) as run:
@@ -196,9 +200,17 @@ def test_a_node_cut_from_postgres_stops_coordinating_before_its_lease_is_taken(
             f"{len(late)} times after {other.name} did ({first_other - cut_at:.2f} s after the "
             f"cut), the last {max(late) - cut_at:.2f} s after it\n{stack.context()}"
         )
+        # nor does it send clients back to itself while it cannot know who holds the lease
+        misled = [at for at, asked, named in probe.named if asked == named == zombie.node_id]
+        misled = [at for at in misled if first_other < at < regained]
+        assert not misled, (
+            f"{zombie.name}, cut from the database, named itself the coordinator "
+            f"{len(misled)} times after {other.name} took over"
+        )
         assert first_other < healed_at, "the takeover waited for the cut to heal"
 
 
+@HEAVY
 @pytest.mark.parametrize("stack", [2], indirect=True)
 @pytest.mark.parametrize("cut", ["clients", "upstream"])
 def test_a_node_cut_from_its_clients_or_the_upstream_loses_nothing(
@@ -213,6 +225,7 @@ def test_a_node_cut_from_its_clients_or_the_upstream_loses_nothing(
         run.finish_and_check()
 
 
+@HEAVY
 @pytest.mark.parametrize("stack", [2], indirect=True)
 def test_a_flapping_link_loses_nothing(stack: Stack, tmp_path: Path) -> None:
     with Run(stack, tmp_path, "flap", static=True) as run:

@@ -211,6 +211,8 @@ class Probe(threading.Thread):
         self.group = group
         # (sent, received, node id) of every answer without an error
         self.answers: list[tuple[float, float, int]] = []
+        # (received, node asked, node named) of every FindCoordinator answer naming one
+        self.named: list[tuple[float, int, int]] = []
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -236,6 +238,11 @@ class Probe(threading.Thread):
                     )
                     if r.groups[0].error_code == 0:
                         self.answers.append((sent, time.time(), n.node_id))
+                    f = await asyncio.wait_for(
+                        clients[n.node_id].find_coordinator(self.group, version=3), 2
+                    )
+                    if f.error_code == 0:
+                        self.named.append((time.time(), n.node_id, f.node_id % 1_000_000_000))
                 except (OSError, TimeoutError, ConnectionError):
                     if (c := clients.pop(n.node_id, None)) is not None:
                         await c.close()

@@ -126,3 +126,30 @@ async def test_a_crashed_node_is_replaced_after_the_lease_ttl(tmp_path: Path) ->
         took = asyncio.get_running_loop().time() - t0
         assert took >= TTL / 1000 * 0.5
         assert all(a.partitions[pid].epoch > e for pid, e in epochs.items())
+
+
+async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapses(
+    tmp_path: Path,
+) -> None:
+    """Cut off from the store (its renewals hang, as over a dropped link), a node must not send
+    clients back to itself once it cannot know who holds its leases: FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE (the client asks another node), and the group NOT_COORDINATOR."""
+    from app.group.messages import Error
+
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    async with node(url, 1) as a:
+        await eventually(lambda: len(a.partitions) == 9)
+        group = "alpha"
+        assert a.find_coordinator(group, 0).broker is not None
+        stalled = asyncio.Event()
+
+        async def hang(*args: object) -> object:
+            stalled.set()
+            await asyncio.Event().wait()  # never answers
+            raise AssertionError
+
+        a.leasing.log.renew_leases = hang  # type: ignore[method-assign]
+        await asyncio.wait_for(stalled.wait(), TTL / 1000 * 2)
+        await eventually(lambda: a.find_coordinator(group, 0).broker is None, timeout=TTL / 1000)
+        assert a.find_coordinator(group, 0).error is Error.COORDINATOR_NOT_AVAILABLE
