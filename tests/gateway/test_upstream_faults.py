@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from tests.gateway.conftest import gateway_process
 from tests.gateway.test_records import admin_json
-from tests.support.kafka_broker import BrokerUnavailable, KafkaCluster
+from tests.support.kafka_broker import KafkaCluster
 from tests.support.nodes import CoordinatorProcess
 
 pytestmark = pytest.mark.timeout(420)
@@ -42,20 +42,6 @@ PRODUCE_EVERY = 0.01  # s between records: at most 100 a second
 PRODUCER_ID = "faults-producer"
 CONSUMER_IDS = ("faults-consumer-0", "faults-consumer-1")
 COMMIT_EVERY = 0.3  # s
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    c = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), request_log=True)
-    try:
-        c.start()
-    except BrokerUnavailable as e:
-        c.stop()
-        pytest.fail(f"a three-broker Apache Kafka cluster is needed here: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,6 +24,7 @@ from tests.support.verifiable import (
     assignments_since,
     consumer,
     finish,
+    group_view,
     producer,
     rejoined,
     settled,
@@ -38,17 +38,6 @@ HEAVY = pytest.mark.verify  # make verify only
 RECORDS = 3000
 RATE = 200  # records per second: the producer runs about 15 s, while members come and go
 PARTITIONS = 3  # the `topic` fixture's
-
-
-def view(node: CoordinatorProcess, group: str) -> Callable[[], dict[str, Any] | None]:
-    def read() -> dict[str, Any] | None:
-        try:
-            g: dict[str, Any] = node.get(f"/groups/{group}")
-            return g
-        except OSError:
-            return None
-
-    return read
 
 
 @pytest.mark.parametrize(
@@ -81,7 +70,9 @@ def test_a_static_members_bounce_moves_nobody_and_loses_nothing(
     try:
         for c in members:
             c.start()
-        wait(settled(view(node, group), members, PARTITIONS), 60, "the group settled", members)
+        wait(
+            settled(group_view(node, group), members, PARTITIONS), 60, "the group settled", members
+        )
         p.start()
         time.sleep(3)
         generation = node.get(f"/groups/{group}")["generation"]
@@ -144,7 +135,9 @@ def test_dynamic_members_rolling_bounce_loses_nothing_and_owns_nothing_twice(
     try:
         for c in members:
             c.start()
-        wait(settled(view(node, group), members, PARTITIONS), 60, "the group settled", members)
+        wait(
+            settled(group_view(node, group), members, PARTITIONS), 60, "the group settled", members
+        )
         p.start()
         for c in members:  # one at a time: it leaves (or dies), rejoins, the group rebalances
             time.sleep(2)

@@ -10,21 +10,19 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.gateway.conftest import gateway_process
 from tests.gateway.verify_stack import seed_for
 from tests.support.java import java_build  # noqa: F401 - a fixture
-from tests.support.kafka_broker import BrokerUnavailable, KafkaCluster
-from tests.support.nodes import CoordinatorProcess
+from tests.support.kafka_broker import KafkaCluster
 from tests.support.verifiable import (
     assignments_since,
     consumer,
     finish,
+    group_view,
     producer,
     settled,
     verdict,
@@ -36,31 +34,6 @@ pytestmark = pytest.mark.timeout(420)
 RECORDS = 4000
 RATE = 200
 PARTITIONS = 3
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    c = KafkaCluster(tmp_path_factory.mktemp("verify-cluster"))
-    try:
-        c.start()
-    except BrokerUnavailable as e:
-        c.stop()
-        pytest.fail(f"a three-broker Apache Kafka cluster is needed here: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-def view(node: CoordinatorProcess, group: str) -> Callable[[], dict[str, Any] | None]:
-    def read() -> dict[str, Any] | None:
-        try:
-            g: dict[str, Any] = node.get(f"/groups/{group}")
-            return g
-        except OSError:
-            return None
-
-    return read
 
 
 @pytest.mark.parametrize(
@@ -88,7 +61,9 @@ def test_the_upstream_moving_under_a_static_group_loses_nothing_and_moves_nobody
     try:
         for c in members:
             c.start()
-        wait(settled(view(node, group), members, PARTITIONS), 90, "the group settled", members)
+        wait(
+            settled(group_view(node, group), members, PARTITIONS), 90, "the group settled", members
+        )
         generation = node.get(f"/groups/{group}")["generation"]
         p.start()
         time.sleep(3)

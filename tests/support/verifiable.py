@@ -351,3 +351,17 @@ def verdict(
 def rejoined(c: Tool, since: float) -> Callable[[], bool]:
     """`c` has been assigned (or revoked) something since `since`."""
     return lambda: bool(assignments_since(c, since))
+
+
+def group_view(node: Any, group: str) -> Callable[[], dict[str, Any] | None]:
+    """`settled`'s view of `group`: one node's admin API (a CoordinatorProcess), None while it
+    does not answer."""
+
+    def read() -> dict[str, Any] | None:
+        try:
+            g: dict[str, Any] = node.get(f"/groups/{group}")
+            return g
+        except OSError:
+            return None
+
+    return read
