@@ -6,7 +6,8 @@ VerifiableConsumer service) make on those events:
 - every record the producer saw acknowledged is consumed (at least once);
 - per partition, the successfully committed offsets never decrease;
 - after every assignment, a member's first record of a partition is at the partition's last
-  committed offset (nothing skipped past a commit, nothing committed read again);
+  committed offset: never past it (nothing skipped), never before a commit that succeeded
+  (no commit lost in a failover);
 - no partition is owned by two live members at the same time.
 
 Events are ordered by the timestamp each tool writes in them (the wall clock of this one
@@ -196,16 +197,22 @@ def check(p: Tool, consumers: list[Tool], commits_reported: bool = True) -> list
     missing = acked(p) - consumed(consumers)
     if missing:
         v.add(f"{len(missing)} acknowledged records never consumed, e.g. {sorted(missing)[:5]}")
-    # every successful commit of every member, in the order they were read
+    # every commit of every member (success or not), in time order
     commits: list[tuple[float, TP, int, str]] = []
+    attempts: list[tuple[float, TP, int, str]] = []
     for c in consumers:
         for e in c.named("offsets_committed"):
-            if e.body.get("success"):
-                for o in e.body.get("offsets", []):
-                    commits.append(
-                        (e.at, (o["topic"], int(o["partition"])), int(o["offset"]), c.name)
-                    )
+            for o in e.body.get("offsets", []):
+                row = (e.at, (o["topic"], int(o["partition"])), int(o["offset"]), c.name)
+                (commits if e.body.get("success") else attempts).append(row)
     commits.sort()
+    # a failed commit may have landed (the reply lost with the node), and a killed member's
+    # last commit may be unreported: the next record after anything read counts as committed
+    for c in consumers:
+        for e in c.named("record_data"):
+            tp = (e.body["topic"], int(e.body["partition"]))
+            attempts.append((e.at, tp, int(e.body["offset"]) + 1, c.name))
+    attempts = sorted(attempts + commits)
     last: dict[TP, int] = {}
     for _, tp, offset, who in commits:
         if offset < last.get(tp, 0):
@@ -236,9 +243,11 @@ def check(p: Tool, consumers: list[Tool], commits_reported: bool = True) -> list
                 end, holder = stop, who
     if not commits_reported:
         return v.violations
-    # after each assignment, a partition's first record is at most at its last commit: any
-    # commit that set the new owner's position was made before that record was read (the
-    # previous owner's last commit may be stamped after the assignment event itself)
+    # after each assignment, a partition's first record is
+    # - not past what was committed or read before it (nothing skipped): the commit that set
+    #   the new owner's position was made before that record was read;
+    # - not before the last successful commit stamped before the assignment (no commit lost:
+    #   the position a failover or rebalance hands out is the last committed one)
     for c in consumers:
         events = c.named("partitions_assigned", "record_data")
         for i, e in enumerate(events):
@@ -256,10 +265,14 @@ def check(p: Tool, consumers: list[Tool], commits_reported: bool = True) -> list
                 )
                 if first is None:
                     continue
-                want = _committed_before(commits, first.at).get(tp, 0)
                 offset = int(first.body["offset"])
-                if offset > want:
-                    v.add(f"{c.name}: {tp} resumed at {offset}, past the commit {want} (skipped)")
+                # (events are stamped in ms: the first record's own read is not before it)
+                most = _committed_before(attempts, first.at - 0.0005).get(tp, 0)
+                if offset > most:
+                    v.add(f"{c.name}: {tp} resumed at {offset}, past {most}: records skipped")
+                least = _committed_before(commits, e.at).get(tp, 0)
+                if offset < least:
+                    v.add(f"{c.name}: {tp} resumed at {offset}, before the commit {least} (lost)")
     return v.violations
 
 
@@ -343,9 +356,28 @@ def finish(
 def verdict(
     p: Tool, consumers: list[Tool], context: str = "", commits_reported: bool = True
 ) -> None:
-    """Fail with every violation, the members' last events and `context` (a seed, a log)."""
+    """Fail with every violation, the members' last events and `context` (a seed, a log);
+    else print what was verified (`pytest -rP` shows it)."""
     violations = check(p, consumers, commits_reported)
     assert not violations, "\n".join([*violations, context, *(c.tail() for c in consumers)])
+    print("verified:", json.dumps(tally(p, consumers)))
+
+
+def tally(p: Tool, consumers: list[Tool]) -> dict[str, int]:
+    """What a run verified: records sent, acked and failed, read (and read again after a
+    rebalance or failover), commits, assignment changes."""
+    reads = [e for c in consumers for e in c.named("record_data")]
+    return {
+        "sent": len(acked(p)) + len(p.named("producer_send_error")),
+        "acked": len(acked(p)),
+        "send_errors": len(p.named("producer_send_error")),
+        "consumed": len(consumed(consumers)),
+        "read_again": len(reads) - len(consumed(consumers)),
+        "commits": sum(len(c.named("offsets_committed")) for c in consumers),
+        "assignment_changes": sum(
+            len(c.named("partitions_assigned", "partitions_revoked")) for c in consumers
+        ),
+    }
 
 
 def rejoined(c: Tool, since: float) -> Callable[[], bool]:
