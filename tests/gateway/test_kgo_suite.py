@@ -162,4 +162,5 @@ def test_kgo_fast_subset_through_the_gateway(kgo_env: dict[str, str]) -> None:
 @pytest.mark.verify
 @pytest.mark.timeout(3000)
 def test_kgo_allowlist_through_the_gateway(kgo_env: dict[str, str]) -> None:
-    check(allowlist(), {**kgo_env, "KGO_TEST_RECORDS": "100000"}, go_timeout_s=2400)
+    # franz-go's own default (helpers_test.go): 500,000 records through each ETL chain
+    check(allowlist(), {**kgo_env, "KGO_TEST_RECORDS": "500000"}, go_timeout_s=2400)
