@@ -189,10 +189,19 @@ class Verdict:
             self.violations.append(what)
 
 
-def check(p: Tool, consumers: list[Tool], commits_reported: bool = True) -> list[str]:
+def check(
+    p: Tool, consumers: list[Tool], commits_reported: bool = True, stale_owners: bool = False
+) -> list[str]:
     """Kafka's properties over the tools' events (the module docstring); the violations. An
     auto-committing VerifiableConsumer reports no commits (`commits_reported` False): then no
-    position is checked against them."""
+    position is checked against them.
+
+    `stale_owners`: the members were cut off from their coordinator for longer than their
+    session timeout. A classic-protocol member learns that it was expired only from its
+    coordinator's next answer (Apache Kafka's Java consumer included: the session timing out
+    unanswered only makes it look for the coordinator again), so until it gets one it still
+    holds what the group has given to others. Then the property is Kafka's fencing: no stale
+    owner's commit of a partition succeeds once another member was given it."""
     v = Verdict()
     missing = acked(p) - consumed(consumers)
     if missing:
@@ -238,7 +247,11 @@ def check(p: Tool, consumers: list[Tool], commits_reported: bool = True) -> list
         end, holder = float("-inf"), ""  # the latest end so far, and whose
         for start, stop, who in spans:
             if who != holder and start < end:
-                v.add(f"{tp} owned by {holder} and {who} at once ({end - start:.2f} s)")
+                if not stale_owners:
+                    v.add(f"{tp} owned by {holder} and {who} at once ({end - start:.2f} s)")
+                for at, ctp, offset, by in commits:
+                    if stale_owners and by == holder and ctp == tp and start <= at <= end:
+                        v.add(f"{tp}: {holder} committed {offset} after {who} was given it")
             if stop > end:
                 end, holder = stop, who
     if not commits_reported:
@@ -354,11 +367,15 @@ def finish(
 
 
 def verdict(
-    p: Tool, consumers: list[Tool], context: str = "", commits_reported: bool = True
+    p: Tool,
+    consumers: list[Tool],
+    context: str = "",
+    commits_reported: bool = True,
+    stale_owners: bool = False,
 ) -> None:
     """Fail with every violation, the members' last events and `context` (a seed, a log);
     else print what was verified (`pytest -rP` shows it)."""
-    violations = check(p, consumers, commits_reported)
+    violations = check(p, consumers, commits_reported, stale_owners)
     assert not violations, "\n".join([*violations, context, *(c.tail() for c in consumers)])
     print("verified:", json.dumps(tally(p, consumers)))
 

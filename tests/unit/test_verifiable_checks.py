@@ -101,3 +101,16 @@ def test_an_exit_ends_ownership(tmp_path: Path) -> None:
     a.events.append(Event(3, {"name": "exited"}))  # kill -9: no revocation
     b = tool(tmp_path, "b", [assigned(4, 0)])
     assert check(p, [a, b]) == []
+
+
+def test_a_stale_owner_is_allowed_only_while_its_commits_fail(tmp_path: Path) -> None:
+    """Cut from its coordinator past its session, a still holds partition 0 when b gets it."""
+    p = tool(tmp_path, "producer", [])
+    b = tool(tmp_path, "b", [assigned(4, 0)])
+    fenced = tool(tmp_path, "a", [assigned(1, 0), committed(5, 2, success=False), revoked(6, 0)])
+    assert check(p, [fenced, b], stale_owners=True) == []
+    assert any("at once" in v for v in check(p, [fenced, b]))
+    accepted = tool(tmp_path, "a", [assigned(1, 0), committed(5, 2), revoked(6, 0)])
+    assert check(p, [accepted, b], stale_owners=True) == [
+        "('t', 0): a committed 2 after b was given it"
+    ]
