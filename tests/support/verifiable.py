@@ -62,6 +62,7 @@ class Tool:
         self.args = args
         self.main_class = main_class
         self.stderr_path = workdir / f"{name}.stderr"
+        self.events_path = workdir / f"{name}.events.jsonl"  # every event, for a post-mortem
         self.events: list[Event] = []
         self._lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -81,17 +82,19 @@ class Tool:
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            try:
-                body = json.loads(line)
-            except ValueError:
-                continue
-            at = body.get("timestamp")
-            at = at / 1000 if isinstance(at, int | float) else time.time()
+        with open(self.events_path, "ab") as kept:
+            for line in proc.stdout:
+                kept.write(line)
+                try:
+                    body = json.loads(line)
+                except ValueError:
+                    continue
+                at = body.get("timestamp")
+                at = at / 1000 if isinstance(at, int | float) else time.time()
+                with self._lock:
+                    self.events.append(Event(at, body))
             with self._lock:
-                self.events.append(Event(at, body))
-        with self._lock:
-            self.events.append(Event(time.time(), {"name": "exited"}))
+                self.events.append(Event(time.time(), {"name": "exited"}))
 
     @property
     def alive(self) -> bool:
@@ -125,7 +128,7 @@ class Tool:
             err = self.stderr_path.read_text(errors="replace").splitlines()[-10:]
         except OSError:
             err = []
-        return "\n".join([f"--- {self.name}", *shown, "--- stderr", *err])
+        return "\n".join([f"--- {self.name} (all: {self.events_path})", *shown, "--- stderr", *err])
 
 
 def producer(workdir: Path, bootstrap: str, topic: str, count: int, throughput: int = -1) -> Tool:
