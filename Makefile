@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps system-deps spark-classes run kafka test verify test-setup lint typecheck migrate bench fuzz clean
+.PHONY: install deps system-deps spark-classes run kafka test verify verify-records test-setup lint typecheck migrate bench fuzz clean
 
 # the hot modules compiled with mypyc into .build/compiled (app/compiled.py); does nothing when
 # the build matches the sources, and the node runs them interpreted when it does not
@@ -69,6 +69,14 @@ test: test-setup
 # the slow fault scenarios kept out of make test (the `verify` marker)
 verify: test-setup
 	$(PYTEST) -m verify tests
+
+# the proof on real records alone, the heavy variants included (docs/verification.md): Kafka's
+# verifiers under every fault, the Go clients, franz-go's own suite (~25 min here)
+RECORD_SUITES := tests/unit/test_verifiable_checks.py tests/gateway/test_verifiable.py \
+	tests/gateway/test_verifiable_faults.py tests/gateway/test_verifiable_brokers.py \
+	tests/gateway/test_go_clients.py tests/gateway/test_kgo_suite.py
+verify-records: test-setup
+	$(PYTEST) -rP -m "verify or not verify" $(RECORD_SUITES)
 
 # make test's setup at once: pip, the compiled build and mypy (CPU) beside apt-get and the
 # Maven and npm downloads (network); spark-classes waits for both. Each part's output is
