@@ -29,16 +29,15 @@ from tests.support.verifiable import (
     wait,
 )
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.verify, pytest.mark.timeout(420)]  # make test has
+# test_upstream_faults.py's broker restart and leader move
 
 RECORDS = 4000
 RATE = 200
 PARTITIONS = 3
 
 
-@pytest.mark.parametrize(
-    "fault", ["broker-restart", pytest.param("leader-moves", marks=pytest.mark.verify)]
-)
+@pytest.mark.parametrize("fault", ["broker-restart", "leader-moves"])
 def test_the_upstream_moving_under_a_static_group_loses_nothing_and_moves_nobody(
     fault: str,
     request: pytest.FixtureRequest,

@@ -10,6 +10,7 @@ it makes, and names it when it fails, so a failure can be run again as it happen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from app.runtime.placement import partition_for
 from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.netns import Lab, Namespace
@@ -32,6 +34,7 @@ from tests.support.ports import free_port_block
 from tests.support.postgres import PrivatePostgres
 
 TTL_MS = 3000
+LOG_PARTITIONS = 4  # tests/support/nodes.py DEFAULTS' COORD_LOG_PARTITIONS
 BROKER_PORTS = 16
 PARTITIONS = 3
 
@@ -129,9 +132,33 @@ class Stack:
             time.sleep(0.2)
         raise AssertionError(f"no node names a coordinator for {group} after {timeout} s")
 
+    def data_node(self) -> CoordinatorProcess:
+        """The node a client's records go through: where the Metadata answer places the
+        upstream broker leading the topic's first partition."""
+        reply = asyncio.run(_metadata(self.nodes[0], self.topic))
+        leader = reply.topics[0].partitions[0].leader_id
+        host = next(b.host for b in reply.brokers if b.node_id == leader)
+        return next(n for n in self.nodes if n.host == host)
+
+    def placement(self, node: CoordinatorProcess) -> Any:
+        """Where `node`'s Metadata places the upstream brokers (a diagnostic)."""
+        try:
+            reply = asyncio.run(_metadata(node, self.topic))
+        except (OSError, TimeoutError, ConnectionError) as e:
+            return f"{node.name}: {e!r}"
+        return [(b.node_id, b.host, b.port) for b in reply.brokers]
+
     def context(self) -> str:
         logs = "\n".join(n.logs(3000) for n in self.nodes)
         return f"seed {self.seed} (COORD_VERIFY_SEED={self.seed} reruns it)\n{logs}"
+
+
+async def _metadata(node: CoordinatorProcess, topic: str) -> Any:
+    c = await asyncio.wait_for(KafkaTestClient.connect(*node.address), 5)
+    try:
+        return await c.metadata([topic])
+    finally:
+        await c.close()
 
 
 async def _find_coordinator(node: CoordinatorProcess, group: str) -> int | None:
@@ -194,10 +221,11 @@ def make_stack(
             n.wait_ready(60)
         yield stack
     finally:
+        for n in nodes:  # first: a node left running would keep its namespace alive
+            with contextlib.suppress(Exception):
+                n.kill()
         for ns in namespaces:
             ns.heal()
-        for n in nodes:
-            n.kill()
 
 
 class Probe(threading.Thread):
@@ -214,13 +242,20 @@ class Probe(threading.Thread):
         # (received, node asked, node named) of every FindCoordinator answer naming one
         self.named: list[tuple[float, int, int]] = []
         self._done = threading.Event()
+        self.failure: BaseException | None = None
 
     def run(self) -> None:
-        asyncio.run(self._main())
+        try:
+            asyncio.run(self._main())
+        except BaseException as e:  # anything but a dead link: stop() raises it
+            self.failure = e
 
     def stop(self) -> None:
+        """Stop asking; raise what ended the probe early, if anything did."""
         self._done.set()
         self.join(10)
+        if self.failure is not None:
+            raise AssertionError(f"the probe failed: {self.failure!r}") from self.failure
 
     async def _main(self) -> None:
         clients: dict[int, KafkaTestClient] = {}
@@ -245,23 +280,29 @@ class Probe(threading.Thread):
                         self.named.append((time.time(), n.node_id, f.node_id % 1_000_000_000))
                 except (OSError, TimeoutError, ConnectionError):
                     if (c := clients.pop(n.node_id, None)) is not None:
-                        await c.close()
+                        with contextlib.suppress(Exception):  # a dead link may not close
+                            await asyncio.wait_for(c.close(), 1)
             await asyncio.sleep(0.1)
         for c in clients.values():
-            await c.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.close(), 1)
 
     def answered(self, node_id: int, after: float) -> list[tuple[float, float, int]]:
         return [a for a in self.answers if a[2] == node_id and a[1] > after]
 
 
-_TOOK = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO .*took partition", re.M)
+_TOOK = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) INFO .*took partition (-?\d+) ", re.M
+)
 
 
-def leases_taken(node: CoordinatorProcess, since: float) -> list[float]:
-    """When (wall-clock seconds) `node` took a lease after `since`, by its log."""
+def leases_taken(node: CoordinatorProcess, group: str, since: float) -> list[float]:
+    """When (wall-clock seconds) `node` took the lease of `group`'s log partition after
+    `since`, by its log."""
+    pid = partition_for(group, LOG_PARTITIONS)
     out = []
     for m in _TOOK.finditer(node.log_text()):
         at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
-        if at > since:
+        if at > since and int(m.group(3)) == pid:
             out.append(at)
     return out

@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from app.config import Settings
 from app.runtime.node import CoordinatorNode
 from app.runtime.placement import partition_for, plan
@@ -135,6 +137,7 @@ async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapse
     clients back to itself once it cannot know who holds its leases: FindCoordinator answers
     COORDINATOR_NOT_AVAILABLE (the client asks another node), and the group NOT_COORDINATOR."""
     from app.group.messages import Error
+    from app.service import CoordinatorError
 
     url = sqlite_url(tmp_path)
     await upgrade_async(url)
@@ -153,3 +156,6 @@ async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapse
         await asyncio.wait_for(stalled.wait(), TTL / 1000 * 2)
         await eventually(lambda: a.find_coordinator(group, 0).broker is None, timeout=TTL / 1000)
         assert a.find_coordinator(group, 0).error is Error.COORDINATOR_NOT_AVAILABLE
+        with pytest.raises(CoordinatorError) as refused:
+            a.runtime.route(group, Error.COORDINATOR_LOAD_IN_PROGRESS)
+        assert refused.value.error is Error.NOT_COORDINATOR

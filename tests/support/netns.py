@@ -2,10 +2,13 @@
 namespace with the service addresses (PostgreSQL, the upstream brokers), and one network
 namespace per gateway node joined to it by a veth pair. Every address is one the test made.
 
-A cut is a blackhole route inside a node's namespace: its packets to the address are dropped,
-so TCP connections hang as on a real partition (no reset, no refusal) until the route goes and
-retransmission resumes them. A flapping link is the node's veth going down and up, and a
-congested one a `tc` token bucket on it (this machine's kernel has no netem).
+A cut routes a node's packets to the address into a veth pair of its own namespace that leads
+nowhere (a permanent neighbour entry, so no ARP fails; the far end neither owns the address nor
+forwards): they vanish without an error to the sender, so connections made, and those being
+made, hang as on a real partition (no reset, no refusal, no EINVAL as a blackhole route gives
+local senders) until the route goes and retransmission resumes them. A flapping link is the
+node's veth going down and up, and a congested one a `tc` token bucket on it (this machine's
+kernel has no netem).
 
     with Lab() as lab:
         pg = lab.service_address(2)          # bind PostgreSQL here
@@ -23,6 +26,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 import pytest
+
+SINK = "cvsink"
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -61,6 +66,7 @@ class Namespace:
     name: str
     address: str  # the node's own address, inside the namespace
     device: str  # its end of the veth pair
+    sink_mac: str = ""  # the far end of the namespace's sink veth
     cuts: set[str] = field(default_factory=set)
     throttled: bool = False
 
@@ -69,18 +75,21 @@ class Namespace:
         return ["ip", "netns", "exec", self.name]
 
     def cut(self, *addresses: str) -> None:
-        """Drop every packet this namespace sends to `addresses` (both directions fail: no
-        reply leaves, no handshake completes)."""
+        """Drop, silently, every packet this namespace sends to `addresses` (both directions
+        fail: no reply leaves, no handshake completes)."""
         for a in addresses:
-            ip("-n", self.name, "route", "add", "blackhole", f"{a}/32")
+            ip("-n", self.name, "neigh", "replace", a, "lladdr", self.sink_mac, "dev",
+               SINK, "nud", "permanent")  # fmt: skip
+            ip("-n", self.name, "route", "add", f"{a}/32", "dev", SINK)
             self.cuts.add(a)
 
     def heal(self) -> None:
         for a in sorted(self.cuts):
-            ip("-n", self.name, "route", "del", "blackhole", f"{a}/32", check=False)
+            ip("-n", self.name, "route", "del", f"{a}/32", "dev", SINK, check=False)
+            ip("-n", self.name, "neigh", "del", a, "dev", SINK, check=False)
         self.cuts.clear()
         self.clear_throttle()
-        self.link(up=True)
+        ip("-n", self.name, "link", "set", self.device, "up", check=False)
 
     def throttle(self, rate_kbit: int, latency_ms: int) -> None:
         """A congested link: what this namespace sends leaves at `rate_kbit`, and a packet that
@@ -116,8 +125,12 @@ class Lab:
         self.namespaces: list[Namespace] = []
         self.services: list[str] = []
         ip("link", "add", "name", self.bridge, "type", "bridge")
-        ip("addr", "add", f"{self.prefix}.1/24", "dev", self.bridge)
-        ip("link", "set", self.bridge, "up")
+        try:
+            ip("addr", "add", f"{self.prefix}.1/24", "dev", self.bridge)
+            ip("link", "set", self.bridge, "up")
+        except RuntimeError:
+            self.close()
+            raise
 
     @property
     def root_address(self) -> str:
@@ -146,6 +159,12 @@ class Lab:
         ip("-n", name, "addr", "add", f"{address}/24", "dev", inner)
         ip("-n", name, "link", "set", inner, "up")
         ip("-n", name, "link", "set", "lo", "up")
+        # the sink: what a cut routes into (Namespace.cut)
+        ip("-n", name, "link", "add", SINK, "type", "veth", "peer", "name", f"{SINK}-far")
+        ip("-n", name, "link", "set", SINK, "up")
+        ip("-n", name, "link", "set", f"{SINK}-far", "up")
+        shown = ip("-n", name, "-o", "link", "show", f"{SINK}-far").stdout.split()
+        ns.sink_mac = shown[shown.index("link/ether") + 1]
         return ns
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.java import java_command
+from tests.support.nodes import die_with_parent
 
 PRODUCER_CLASS = "org.apache.kafka.tools.VerifiableProducer"
 CONSUMER_CLASS = "org.apache.kafka.tools.VerifiableConsumer"
@@ -72,10 +73,15 @@ class Tool:
         self.starts += 1
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(
-                java_command(self.main_class, *self.args, log_level="warn"),
+                java_command(
+                    self.main_class,
+                    *self.args,
+                    log_level=os.environ.get("COORD_VERIFY_TOOL_LOG", "warn"),  # info: why
+                ),
                 stdout=subprocess.PIPE,
                 stderr=err,
                 start_new_session=True,
+                preexec_fn=die_with_parent,  # no JVM outlives a killed test run
             )
         proc = self.proc
         threading.Thread(target=self._read, args=(proc,), daemon=True).start()
@@ -193,18 +199,19 @@ class Verdict:
 
 
 def check(
-    p: Tool, consumers: list[Tool], commits_reported: bool = True, stale_owners: bool = False
+    p: Tool, consumers: list[Tool], stale_window: tuple[float, float] | None = None
 ) -> list[str]:
     """Kafka's properties over the tools' events (the module docstring); the violations. An
-    auto-committing VerifiableConsumer reports no commits (`commits_reported` False): then no
-    position is checked against them.
+    auto-committing VerifiableConsumer reports no commits: then a position is bounded by what
+    was read only.
 
-    `stale_owners`: the members were cut off from their coordinator for longer than their
-    session timeout. A classic-protocol member learns that it was expired only from its
-    coordinator's next answer (Apache Kafka's Java consumer included: the session timing out
-    unanswered only makes it look for the coordinator again), so until it gets one it still
-    holds what the group has given to others. Then the property is Kafka's fencing: no stale
-    owner's commit of a partition succeeds once another member was given it."""
+    `stale_window` (wall-clock seconds): the members were cut off from their coordinator for
+    longer than their session timeout then. A classic-protocol member learns that it was
+    expired only from its coordinator's next answer (Apache Kafka's Java consumer included: the
+    session timing out unanswered only makes it look for the coordinator again), so until it
+    gets one it still holds what the group has given to others. For a partition given to a
+    member within the window, the property is Kafka's fencing instead: no commit of its stale
+    owner succeeds once it was given away."""
     v = Verdict()
     missing = acked(p) - consumed(consumers)
     if missing:
@@ -217,14 +224,14 @@ def check(
             for o in e.body.get("offsets", []):
                 row = (e.at, (o["topic"], int(o["partition"])), int(o["offset"]), c.name)
                 (commits if e.body.get("success") else attempts).append(row)
-    commits.sort()
+    commits.sort(key=lambda row: row[0])  # stable: one ms keeps emission order
     # a failed commit may have landed (the reply lost with the node), and a killed member's
     # last commit may be unreported: the next record after anything read counts as committed
     for c in consumers:
         for e in c.named("record_data"):
             tp = (e.body["topic"], int(e.body["partition"]))
             attempts.append((e.at, tp, int(e.body["offset"]) + 1, c.name))
-    attempts = sorted(attempts + commits)
+    attempts = sorted(attempts + commits, key=lambda row: row[0])
     last: dict[TP, int] = {}
     for _, tp, offset, who in commits:
         if offset < last.get(tp, 0):
@@ -247,38 +254,28 @@ def check(
             owned.setdefault(tp, []).append((since, float("inf"), c.name))
     for tp, spans in owned.items():
         spans.sort()
-        end, holder = float("-inf"), ""  # the latest end so far, and whose
-        for start, stop, who in spans:
-            if who != holder and start < end:
-                if not stale_owners:
+        for j, (start, _, who) in enumerate(spans):
+            for _, end, holder in spans[:j]:  # every earlier span still open at `start`
+                if holder == who or end <= start:
+                    continue
+                if not (stale_window and stale_window[0] <= start <= stale_window[1]):
                     v.add(f"{tp} owned by {holder} and {who} at once ({end - start:.2f} s)")
+                    continue
                 for at, ctp, offset, by in commits:
-                    if stale_owners and by == holder and ctp == tp and start <= at <= end:
+                    if by == holder and ctp == tp and start <= at <= end:
                         v.add(f"{tp}: {holder} committed {offset} after {who} was given it")
-            if stop > end:
-                end, holder = stop, who
-    if not commits_reported:
-        return v.violations
     # after each assignment, a partition's first record is
     # - not past what was committed or read before it (nothing skipped): the commit that set
     #   the new owner's position was made before that record was read;
     # - not before the last successful commit stamped before the assignment (no commit lost:
     #   the position a failover or rebalance hands out is the last committed one)
     for c in consumers:
-        events = c.named("partitions_assigned", "record_data")
+        events = c.named("partitions_assigned", "partitions_revoked", "record_data", "exited")
         for i, e in enumerate(events):
             if e.name != "partitions_assigned":
                 continue
             for tp in _tps(e.body):
-                first = next(
-                    (
-                        r
-                        for r in events[i + 1 :]
-                        if r.name == "record_data"
-                        and (r.body["topic"], int(r.body["partition"])) == tp
-                    ),
-                    None,
-                )
+                first = _first_read(events[i + 1 :], tp)
                 if first is None:
                     continue
                 offset = int(first.body["offset"])
@@ -290,6 +287,16 @@ def check(
                 if offset < least:
                     v.add(f"{c.name}: {tp} resumed at {offset}, before the commit {least} (lost)")
     return v.violations
+
+
+def _first_read(events: list[Event], tp: TP) -> Event | None:
+    """The first record of `tp` read before the member gave it up (or its JVM ended)."""
+    for r in events:
+        if r.name == "exited" or (r.name == "partitions_revoked" and tp in _tps(r.body)):
+            return None
+        if r.name == "record_data" and (r.body["topic"], int(r.body["partition"])) == tp:
+            return r
+    return None
 
 
 def _committed_before(commits: list[tuple[float, TP, int, str]], at: float) -> dict[TP, int]:
@@ -373,12 +380,11 @@ def verdict(
     p: Tool,
     consumers: list[Tool],
     context: str = "",
-    commits_reported: bool = True,
-    stale_owners: bool = False,
+    stale_window: tuple[float, float] | None = None,
 ) -> None:
     """Fail with every violation, the members' last events and `context` (a seed, a log);
     else print what was verified (`pytest -rP` shows it)."""
-    violations = check(p, consumers, commits_reported, stale_owners)
+    violations = check(p, consumers, stale_window)
     assert not violations, "\n".join([*violations, context, *(c.tail() for c in consumers)])
     print("verified:", json.dumps(tally(p, consumers)))
 
@@ -401,8 +407,9 @@ def tally(p: Tool, consumers: list[Tool]) -> dict[str, int]:
 
 
 def rejoined(c: Tool, since: float) -> Callable[[], bool]:
-    """`c` has been assigned (or revoked) something since `since`."""
-    return lambda: bool(assignments_since(c, since))
+    """`c` has been assigned something since `since` (a closing JVM's own revocation is not
+    a rejoin)."""
+    return lambda: any(e.name == "partitions_assigned" for e in assignments_since(c, since))
 
 
 def group_view(node: Any, group: str) -> Callable[[], dict[str, Any] | None]:

@@ -108,9 +108,44 @@ def test_a_stale_owner_is_allowed_only_while_its_commits_fail(tmp_path: Path) ->
     p = tool(tmp_path, "producer", [])
     b = tool(tmp_path, "b", [assigned(4, 0)])
     fenced = tool(tmp_path, "a", [assigned(1, 0), committed(5, 2, success=False), revoked(6, 0)])
-    assert check(p, [fenced, b], stale_owners=True) == []
+    assert check(p, [fenced, b], stale_window=(3, 10)) == []
     assert any("at once" in v for v in check(p, [fenced, b]))
+    # outside the window of the cut, the overlap is a violation again
+    assert any("at once" in v for v in check(p, [fenced, b], stale_window=(7, 10)))
     accepted = tool(tmp_path, "a", [assigned(1, 0), committed(5, 2), revoked(6, 0)])
-    assert check(p, [accepted, b], stale_owners=True) == [
+    assert check(p, [accepted, b], stale_window=(3, 10)) == [
         "('t', 0): a committed 2 after b was given it"
     ]
+
+
+def test_a_third_owner_overlapping_an_earlier_one_is_reported(tmp_path: Path) -> None:
+    """a holds 0 to 10, b from 2 to 3, c from 4: c overlaps a, not only the latest end."""
+    p = tool(tmp_path, "producer", [])
+    a = tool(tmp_path, "a", [assigned(1, 0), revoked(10, 0)])
+    b = tool(tmp_path, "b", [assigned(2, 0), revoked(3, 0)])
+    c = tool(tmp_path, "c", [assigned(4, 0)])
+    violations = check(p, [a, b, c])
+    assert any("owned by a and c" in v for v in violations), violations
+
+
+def test_a_position_counts_only_until_the_partition_is_given_up(tmp_path: Path) -> None:
+    """b is assigned 0, gives it up before reading it, reads it again after a later
+    assignment: that read is checked against the later assignment, where it is fine."""
+    p = tool(tmp_path, "producer", acked(0, 1, 2, 3))
+    a = tool(
+        tmp_path,
+        "a",
+        [assigned(1, 0), read(2, 0), read(2.1, 1), committed(2.2, 2), revoked(3, 0)],
+    )
+    a.events += [Event(at, body) for at, body in [assigned(7, 0), read(8, 2), committed(8.1, 3)]]
+    a.events += [Event(at, body) for at, body in [read(8.2, 3), committed(8.3, 4)]]
+    b = tool(tmp_path, "b", [assigned(4, 0), revoked(5, 0)])
+    assert check(p, [a, b]) == []
+
+
+def test_without_reported_commits_a_skip_is_still_a_skip(tmp_path: Path) -> None:
+    """Auto commit reports nothing: a resume past everything read is still caught."""
+    p = tool(tmp_path, "producer", acked(0, 1, 2, 3))
+    a = tool(tmp_path, "a", [assigned(1, 0), read(2, 0), revoked(3, 0)])
+    b = tool(tmp_path, "b", [assigned(4, 0), read(5, 2), read(6, 3)])
+    assert any("resumed at 2, past 1" in v for v in check(p, [a, b]))
