@@ -157,7 +157,14 @@ def test_a_group_consumes_and_commits_every_record_and_a_leaving_member_loses_no
 @pytest.mark.parametrize(
     ("command", "balancer"),
     [
-        case("kgoconsumer", "cooperative-sticky"),
+        # make verify only: once under make test's load the idempotent producer's InitProducerId
+        # was answered COORDINATOR_LOAD_IN_PROGRESS for 90 s (an open finding, issue 40's note)
+        pytest.param(
+            "kgoconsumer",
+            "cooperative-sticky",
+            marks=pytest.mark.verify,
+            id="kgoconsumer-cooperative-sticky",
+        ),
         case("saramaconsumer", "range"),
         pytest.param("kgoconsumer", "range", marks=pytest.mark.verify, id="kgoconsumer-range"),
         pytest.param(
