@@ -32,8 +32,8 @@ from app import compiled
 from tests.support.kafka_broker import (
     DIFF_TOPIC,
     DIFF_TOPIC_PARTITIONS,
-    BrokerUnavailable,
     KafkaBroker,
+    running,
     wait_for_coordinator,
 )
 from tests.support.postgres import PrivatePostgres, check_reachable
@@ -173,15 +173,10 @@ def pg_admin_dsn() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def apache_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(tmp_path_factory.mktemp("apache-kafka"), initial_rebalance_delay_ms=300)
-    try:
-        broker.start()
+    def ready(broker: KafkaBroker) -> None:
         broker.create_topic(DIFF_TOPIC, DIFF_TOPIC_PARTITIONS)
         wait_for_coordinator(broker.address)
-    except BrokerUnavailable as e:
-        broker.stop()
-        pytest.fail(f"Apache Kafka's broker is needed here: {e}", pytrace=False)
-    try:
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("apache-kafka"), initial_rebalance_delay_ms=300)
+    with running(broker, "Apache Kafka's broker is needed here", then=ready):
         yield broker
-    finally:
-        broker.stop()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker, KafkaCluster
+from tests.support.kafka_broker import KafkaBroker, KafkaCluster, running
 from tests.support.nodes import CoordinatorProcess
 from tests.support.ports import free_port_block
 
@@ -62,12 +62,5 @@ def topic(apache_kafka_broker: KafkaBroker) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """A three-broker Apache Kafka cluster (replication factor 3), one per module that asks."""
     c = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), request_log=True)
-    try:
-        c.start()
-    except BrokerUnavailable as e:
-        c.stop()
-        pytest.fail(f"a three-broker Apache Kafka cluster is needed here: {e}", pytrace=False)
-    try:
+    with running(c, "a three-broker Apache Kafka cluster is needed here"):
         yield c
-    finally:
-        c.stop()

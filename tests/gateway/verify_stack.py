@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 
 from app.runtime.placement import partition_for
-from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
+from tests.support.kafka_broker import KafkaBroker, running
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.netns import Lab, Namespace
 from tests.support.nodes import CoordinatorProcess
 from tests.support.ports import free_port_block
 from tests.support.postgres import PrivatePostgres
+from tests.support.verifiable import group_view
 
 TTL_MS = 3000
 LOG_PARTITIONS = 4  # tests/support/nodes.py DEFAULTS' COORD_LOG_PARTITIONS
@@ -64,15 +65,8 @@ def lab_postgres(lab: Lab) -> Iterator[PrivatePostgres]:
 @pytest.fixture(scope="module")
 def lab_broker(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     broker = KafkaBroker(tmp_path_factory.mktemp("lab-kafka"), host=lab.service_address(3))
-    try:
-        broker.start()
-    except BrokerUnavailable as e:
-        broker.stop()
-        pytest.fail(f"Apache Kafka on the lab's network is needed here: {e}", pytrace=False)
-    try:
+    with running(broker, "Apache Kafka on the lab's network is needed here"):
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -103,18 +97,8 @@ class Stack:
         """The group as the first node that answers describes it (any node redirects to the
         one that coordinates it)."""
 
-        def read() -> dict[str, Any] | None:
-            for n in self.nodes:
-                if not n.live:
-                    continue
-                try:
-                    g: dict[str, Any] = n.get(f"/groups/{group}", timeout=3)
-                    return g
-                except (OSError, ValueError):
-                    continue
-            return None
-
-        return read
+        views = [(n, group_view(n, group)) for n in self.nodes]
+        return lambda: next((g for n, v in views if n.live and (g := v()) is not None), None)
 
     def node(self, node_id: int) -> CoordinatorProcess:
         return next(n for n in self.nodes if n.node_id == node_id)

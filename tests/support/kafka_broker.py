@@ -33,8 +33,9 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from storage.sql.cluster import random_cluster_id
 from tests.support.nodes import ROOT, die_with_parent
@@ -563,6 +564,33 @@ class KafkaCluster:
         ]
         if any(errors):
             raise BrokerUnavailable(f"AlterPartitionReassignments {topic}[{partition}]: {reply}")
+
+
+class _Startable(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Startable)
+
+
+@contextlib.contextmanager
+def running(server: S, needed: str, then: Callable[[S], None] | None = None) -> Iterator[S]:
+    """A test fixture's broker or cluster: started (and `then` done) for the block, stopped
+    after. A start that fails fails the test, never skips it; `needed` says what for."""
+    import pytest
+
+    try:
+        server.start()
+        if then is not None:
+            then(server)
+    except BrokerUnavailable as e:
+        server.stop()
+        pytest.fail(f"{needed}: {e}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _wait_topic(bootstrap: str, name: str, timeout: float = 30.0) -> None:

@@ -418,9 +418,9 @@ def group_view(node: Any, group: str) -> Callable[[], dict[str, Any] | None]:
 
     def read() -> dict[str, Any] | None:
         try:
-            g: dict[str, Any] = node.get(f"/groups/{group}")
+            g: dict[str, Any] = node.get(f"/groups/{group}", timeout=3)
             return g
-        except OSError:
+        except (OSError, ValueError):  # down, refusing, or mid-restart
             return None
 
     return read
