@@ -25,13 +25,13 @@ def free_port() -> int:
     cannot restart on it (EADDRINUSE; seen in the chaos suite). Below the range the kernel
     never hands it out by itself. Never the same port twice in one process, and under xdist
     never one another worker may hand out (a port is often free again between a node's kill
-    and its restart)."""
-    low = _ephemeral_low()
+    and its restart): each worker draws from its own band of the range, so one worker's
+    port never falls inside another's block either."""
+    start, end = _band()
     rng = random.SystemRandom()
-    worker, workers = _xdist_worker()
-    for _ in range(500 if low > 11_000 else 0):
-        port = rng.randrange(10_000, low)
-        if port % workers != worker or port in _handed_out:
+    for _ in range(500 if end - start > 1_000 else 0):
+        port = rng.randrange(start, end)
+        if port in _handed_out:
             continue
         with socket.socket() as s:
             try:
@@ -43,6 +43,14 @@ def free_port() -> int:
     with socket.socket() as s:  # an unusual range setting: fall back to the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _band() -> tuple[int, int]:
+    """This worker's ports: [start, end), a contiguous slice of 10000..the ephemeral range."""
+    low = _ephemeral_low()
+    worker, workers = _xdist_worker()
+    width = max(0, low - 10_000) // workers
+    return 10_000 + worker * width, 10_000 + (worker + 1) * width
 
 
 def _xdist_worker() -> tuple[int, int]:
@@ -57,18 +65,17 @@ def _xdist_worker() -> tuple[int, int]:
 def free_port_block(n: int) -> int:
     """The first of `n` consecutive free ports (a gateway node's listener and its port per
     upstream broker), none handed out before; the rules of `free_port` for the first."""
-    low = _ephemeral_low()
+    start, end = _band()
     rng = random.SystemRandom()
-    worker, workers = _xdist_worker()
     for _ in range(2000):
-        first = rng.randrange(10_000, low - n)
+        first = rng.randrange(start, end - n)
         block = range(first, first + n)
-        if first % workers != worker or any(p in _handed_out for p in block):
+        if any(p in _handed_out for p in block):
             continue
         if all(_bindable(p) for p in block):
             _handed_out.update(block)
             return first
-    raise RuntimeError(f"no {n} consecutive free ports below {low}")
+    raise RuntimeError(f"no {n} consecutive free ports in {start}..{end}")
 
 
 def _bindable(port: int) -> bool:
