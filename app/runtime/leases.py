@@ -81,6 +81,8 @@ class LeaseManager:
         self.round_error: tuple[str, int] | None = None
         # (database time, this node's monotonic time) when it was last read
         self._db_clock: tuple[int, int] | None = None
+        # the plan without this node, as its peers make it once it is gone (`coordinator_for`)
+        self._successors: dict[int, int] | None = None
 
     @property
     def partitions(self) -> dict[int, Partition]:
@@ -121,14 +123,17 @@ class LeaseManager:
             self._db_clock = (await self.log.clock_ms(), monotonic_ms())
         t0 = self._db_clock[0] + (mono0 - self._db_clock[1])
         ttl = self.settings.lease_ttl_ms
-        held = {pid: p.epoch for pid, p in self.partitions.items()}
-        renewed = await self.log.renew_leases(self.node_id, held, ttl, t0)
+        held = dict(self.partitions)
+        renewed = await self.log.renew_leases(
+            self.node_id, {pid: p.epoch for pid, p in held.items()}, ttl, t0
+        )
         valid_until = mono0 + ttl - self.safety_ms
-        for pid in held:
+        for pid, p in held.items():
             if pid in renewed:
-                self.partitions[pid].valid_until = valid_until
-            elif pid in self.partitions:
-                self.runtime.drop(self.partitions[pid], "lease lost to another node")
+                # (dropped meanwhile as lapsed: the lease is still ours, claimed again below)
+                p.valid_until = valid_until
+            else:
+                self.runtime.drop(p, "lease lost to another node")
         if not await self.log.heartbeat_node(self.node_id, t0):
             b = self.broker
             await self.log.register_node(
@@ -154,6 +159,7 @@ class LeaseManager:
         self.admin_urls = {n.node_id: n.admin_url for n in nodes if n.admin_url}
         self.node_heartbeats = {n.node_id: (n.heartbeat_ms, n.started_ms) for n in nodes}
         self.leases = leases
+        self._successors = None
         current = {
             pid: row.owner_node_id
             for pid, row in leases.items()
@@ -162,6 +168,8 @@ class LeaseManager:
         everything = [METADATA_PARTITION, *range(self.runtime.log_partitions)]
         self.plan = placement.plan(everything, self.live_brokers, current)
         for pid, p in list(self.partitions.items()):
+            if p.state is PartitionState.UNLOADED:
+                continue  # dropped while this round waited for the store
             if self.plan.get(pid) != self.node_id and p.state is not PartitionState.LOADING:
                 log.info("partition %d moves to node %s", pid, self.plan.get(pid))
                 await self.handover(p)
@@ -231,6 +239,46 @@ class LeaseManager:
             await self.runtime.writer.submit(p.id, p.epoch, [])  # after our earlier writes
         with contextlib.suppress(StorageError):
             await self.log.release_lease(p.id, self.node_id, p.epoch, await self.log.clock_ms())
+
+    async def run_lapse_watch(self) -> None:
+        """Drop a partition once its lease may be another node's (TTL after the renewal it
+        counts from) while no round renewed it: a round waiting on a store that does not answer
+        must not keep requests waiting with it, and timers are stopped while it lapses."""
+        interval = self.safety_ms / 2000
+        while True:
+            await asyncio.sleep(interval)
+            now = monotonic_ms()
+            for p in list(self.partitions.values()):
+                if now >= p.valid_until + self.safety_ms:
+                    self.runtime.drop(p, "lease lapsed unrenewed", unheard=True)
+
+    def coordinator_for(self, pid: int) -> int | None:
+        """Where a client should look for `pid`'s coordinator: its owner; when nobody surely
+        serves it, the node that will. Handed over: the plan's choice. Cut off from the store
+        (our own lease lapsed): the plan this node's peers make once it is gone from the node
+        table. A client only ever asks the node it fetches through, so "ask another node"
+        (COORDINATOR_NOT_AVAILABLE) would keep it here until the store answers again; a wrong
+        guess costs a NOT_COORDINATOR and another lookup."""
+        owner = self.owner_of(pid)
+        if owner is not None:
+            return owner
+        planned = self.plan.get(pid)
+        if planned is not None and planned != self.node_id and planned in self.live_brokers:
+            return planned
+        row = self.leases.get(pid)
+        mine = self.partitions.get(pid)
+        if not ((mine is not None) or (row is not None and row.owner_node_id == self.node_id)):
+            return None  # an orphan not yet claimed: its planned owner will
+        if self._successors is None:
+            others = [n for n in self.live_brokers if n != self.node_id]
+            current = {
+                q: n
+                for q, r in self.leases.items()
+                if (n := r.owner_node_id) is not None and n in others
+            }
+            everything = [METADATA_PARTITION, *range(self.runtime.log_partitions)]
+            self._successors = placement.plan(everything, others, current)
+        return self._successors.get(pid)
 
     def owner_of(self, pid: int) -> int | None:
         """The node serving `pid`: this node if it has it, else the live lease holder; None

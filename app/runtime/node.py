@@ -233,6 +233,7 @@ class CoordinatorNode:
         await self.leasing.tick()
         # renewals run from now on, whatever the rest of start-up costs
         self._tasks.append(asyncio.create_task(self.leasing.run(), name="leases"))
+        self._tasks.append(asyncio.create_task(self.leasing.run_lapse_watch(), name="lapses"))
         if self.owns_metadata() and not self.settings.gateway:
             await self.registry.ensure(self.settings.topic_map)
         self._tasks.append(asyncio.create_task(self.leasing.run_compactor(), name="compactor"))
@@ -315,7 +316,7 @@ class CoordinatorNode:
                 Error.INVALID_GROUP_ID,
                 message=f"group id of {len(key)} characters (COORD_MAX_GROUP_ID_LENGTH)",
             )
-        owner = self.owner_of(partition_for(key, self.log_partitions))
+        owner = self.leasing.coordinator_for(partition_for(key, self.log_partitions))
         if owner is None:
             return CoordinatorLookup(
                 Error.COORDINATOR_NOT_AVAILABLE, message="the group's log partition has no owner"

@@ -84,6 +84,9 @@ class Partition:
     valid_until: int = 0
     appended_since_compaction: int = 1  # a freshly loaded partition gets one round
     compacted_at_ms: int = 0
+    # appends not yet durable, and the continuation each completes: answered at `drop` when the
+    # store cannot say (cut off, a lapsed lease), never left waiting on it
+    writes: dict[asyncio.Future[int], Continuation] = field(default_factory=dict, repr=False)
 
 
 class CoordinatorRuntime:
@@ -269,6 +272,7 @@ class CoordinatorRuntime:
         for write in result.writes:
             p.appended_since_compaction += len(write.records)
             fut = self.writer.submit(p.id, p.epoch, write.records)
+            p.writes[fut] = write.continuation
             fut.add_done_callback(functools.partial(self._written, p, p.core, write.continuation))
         # as in `heartbeat`: the heap's top is a lower bound of the next deadline, so a timer
         # armed no later than it stands (most results move no timer earlier than the armed one)
@@ -286,8 +290,8 @@ class CoordinatorRuntime:
     ) -> None:
         exc = fut.exception() if not fut.cancelled() else StorageError("write cancelled")
         failure = None if exc is None else append_failure(exc)
-        if core is None:
-            return
+        if core is None or p.writes.pop(fut, None) is None:
+            return  # no core to tell, or answered when the partition was dropped
         if exc is not None:
             log.warning("partition %d: append failed: %s", p.id, exc)
         result = core.on_write_complete(cont, failure, now_ms())
@@ -355,10 +359,16 @@ class CoordinatorRuntime:
         p.state = ACTIVE
         self.apply(p, core.on_loaded(now_ms()))
 
-    def drop(self, p: Partition, why: str) -> None:
-        """Stop serving `p` now: parked requests get NOT_COORDINATOR (protocol.md §10.5)."""
+    def drop(self, p: Partition, why: str, *, unheard: bool = False) -> None:
+        """Stop serving `p` now: parked requests get NOT_COORDINATOR (protocol.md §10.5), those
+        whose append is in flight its outcome once the store says it. `unheard`: the store may
+        not say for long (cut off, the lease lapsed), so they get NOT_COORDINATOR now too; the
+        append may still land or be fenced, and whoever loads `p` next replays what landed."""
+        if p.state is PartitionState.UNLOADED:
+            return
         log.info("node %d unloads partition %d: %s", self.node_id, p.id, why)
-        self.partitions.pop(p.id, None)
+        if self.partitions.get(p.id) is p:
+            del self.partitions[p.id]
         task = p.load_task
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
@@ -367,6 +377,11 @@ class CoordinatorRuntime:
             p.timer = None
         p.state = PartitionState.UNLOADED
         if p.core is not None:
+            if unheard:
+                writes, p.writes = p.writes, {}
+                for cont in writes.values():  # the core is discarded: its state may move
+                    failed = p.core.on_write_complete(cont, AppendFailure.NOT_OWNER, now_ms())
+                    self._deliver(failed.replies)
             for reason, n in p.core.rebalances.items():
                 self.retired_rebalances[reason] = self.retired_rebalances.get(reason, 0) + n
             self._deliver(p.core.unload(now_ms()).replies)

@@ -134,8 +134,8 @@ async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapse
     tmp_path: Path,
 ) -> None:
     """Cut off from the store (its renewals hang, as over a dropped link), a node must not send
-    clients back to itself once it cannot know who holds its leases: FindCoordinator answers
-    COORDINATOR_NOT_AVAILABLE (the client asks another node), and the group NOT_COORDINATOR."""
+    clients back to itself once it cannot know who holds its leases: alone, FindCoordinator
+    answers COORDINATOR_NOT_AVAILABLE, and the group NOT_COORDINATOR."""
     from app.group.messages import Error
     from app.service import CoordinatorError
 
@@ -159,3 +159,40 @@ async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapse
         with pytest.raises(CoordinatorError) as refused:
             a.runtime.route(group, Error.COORDINATOR_LOAD_IN_PROGRESS)
         assert refused.value.error is Error.NOT_COORDINATOR
+
+
+async def test_a_node_cut_off_from_the_store_names_the_node_that_takes_over(
+    tmp_path: Path,
+) -> None:
+    """A client asks the node it fetches through where its group's coordinator is, so a node
+    cut off from the store must name another: the one its peers' plan gives its partitions once
+    it is gone. The peer it names takes the group over and serves it."""
+    from app.group.messages import Error
+
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    async with node(url, 1) as a, node(url, 2) as b:
+        await eventually(lambda: len(a.partitions) + len(b.partitions) == 9)
+        await eventually(lambda: len(a.partitions) in (4, 5) and len(b.partitions) in (4, 5))
+        group = next(
+            g for g in (f"g{i}" for i in range(100)) if partition_for(g, 8) in a.partitions
+        )
+        assert a.find_coordinator(group, 0).broker.node_id == 1  # type: ignore[union-attr]
+        stalled = asyncio.Event()
+
+        async def hang(*args: object) -> object:
+            stalled.set()
+            await asyncio.Event().wait()  # never answers
+            raise AssertionError
+
+        a.leasing.log.renew_leases = hang  # type: ignore[method-assign]
+        await asyncio.wait_for(stalled.wait(), TTL / 1000 * 2)
+        await eventually(lambda: partition_for(group, 8) not in a.partitions)  # dropped, lapsed
+        named = a.find_coordinator(group, 0)
+        assert named.error is Error.NONE and named.broker is not None
+        assert named.broker.node_id == 2
+        # taken over once node 1's heartbeat row and lease expire (a TTL after its last round)
+        await eventually(lambda: partition_for(group, 8) in b.partitions)
+        assert b.find_coordinator(group, 0).broker.node_id == 2  # type: ignore[union-attr]
+        await eventually(lambda: b.partitions[partition_for(group, 8)].core is not None)
+        assert b.runtime.route(group, Error.COORDINATOR_LOAD_IN_PROGRESS).core is not None

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from app.runtime.runtime import monotonic_ms
+from tests.protocol.groups import stable_group
 from tests.runtime.node_fixture import RunningNode, running_node
 from tests.support.kafka_client import KafkaTestClient
 from tests.support.postgres import PrivatePostgres
@@ -172,5 +173,64 @@ async def test_postgresql_stopped_for_15_seconds(tmp_path: Path) -> None:
 
         async with running_node(tmp_path, database_url=url, lease_ttl_ms=2000) as n:
             await outage(n, stop, start_after_15_s)
+    finally:
+        pg.cleanup()
+
+
+async def test_a_frozen_postgresql_keeps_no_request_waiting(tmp_path: Path) -> None:
+    """A store that keeps its connections and answers nothing (frozen; a cut link looks the
+    same) must not keep clients waiting with it: once the node's lease may be another node's,
+    the commit whose append is in flight gets NOT_COORDINATOR, and the heartbeat pipelined
+    behind it on the same connection its answer, while the store is still frozen. Thawed, the
+    node serves again; the commit it could not confirm may have landed, no acknowledged one is
+    lost."""
+    pg = PrivatePostgres(prefix="coord-frozen-pg-")
+    try:
+        await asyncio.to_thread(pg.start)
+        url = await asyncio.to_thread(pg.create_database, "frozen")
+        async with running_node(tmp_path, database_url=url, lease_ttl_ms=2000) as n:
+            client = await n.client()
+            member, generation = await stable_group(client, "m")
+            c = Committer(client)
+            c.client_address = ("127.0.0.1", n.port)
+            await c.until(lambda e: e == 0, 10)
+            with pg.frozen():
+                commit = client.send(
+                    client.build_request(
+                        8,
+                        8,
+                        group_id="g",
+                        generation_id_or_member_epoch=-1,
+                        member_id="",
+                        group_instance_id=None,
+                        retention_time=-1,
+                        topics=[
+                            {
+                                "name": "t1",
+                                "partitions": [
+                                    {
+                                        "partition_index": 0,
+                                        "committed_offset": 1000,
+                                        "committed_leader_epoch": -1,
+                                        "committed_metadata": "",
+                                    }
+                                ],
+                            }
+                        ],
+                    )
+                )
+                heartbeat = client.send(client.heartbeat_request("m", generation, member))
+                # a TTL of 2 s: answered long before this, unless they wait for the store
+                committed_reply, beat = await asyncio.wait_for(
+                    asyncio.gather(commit, heartbeat), 30
+                )
+                assert [p.error_code for p in committed_reply.topics[0].partitions] == [16]
+                # answered on arrival (NONE) or after the drop (NOT_COORDINATOR); its reply waited
+                # behind the commit's, as Kafka's replies keep the requests' order
+                assert beat.error_code in (0, 16), beat
+                found = await client.find_coordinator("g")
+                assert found.error_code == 15  # no other node to name
+            await c.until(lambda e: e == 0, 60)
+            assert await committed(n) == c.acked
     finally:
         pg.cleanup()

@@ -16,10 +16,12 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.ports import free_port as _free_port
@@ -155,6 +157,22 @@ class PrivatePostgres:
             time.sleep(down_s)
         self.start()
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server and every backend stopped (SIGSTOP) and resumed after: connections stay
+        open and nothing answers on them, as over a link that drops every packet."""
+        postmaster = int((self.datadir / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster, *_children(postmaster)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
     def running(self) -> bool:
         out = self._run("pg_ctl", "status", "-D", str(self.datadir), check=False)
         return "server is running" in out
@@ -241,3 +259,14 @@ def check_reachable(dsn: str) -> None:
         raise RuntimeError(
             f"PostgreSQL is required but unreachable at {dsn} ({type(e).__name__}: {e})"
         ) from e
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (PostgreSQL's backends and workers)."""
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(Path(stat).parent.name))
+    return out
