@@ -83,6 +83,7 @@ class LeaseManager:
         self._db_clock: tuple[int, int] | None = None
         # the plan without this node, as its peers make it once it is gone (`coordinator_for`)
         self._successors: dict[int, int] | None = None
+        self.lapsed: set[int] = set()  # partitions dropped unrenewed since the last good round
 
     @property
     def partitions(self) -> dict[int, Partition]:
@@ -195,6 +196,7 @@ class LeaseManager:
                 self._claim(pid, epoch, valid_until)
         await self._after_round()
         self._db_clock = (await self.log.clock_ms(), monotonic_ms())  # for the next round
+        self.lapsed.clear()
 
     def _claim(self, pid: int, epoch: int, valid_until: int) -> None:
         p = self.runtime.add(pid, epoch, valid_until)
@@ -250,6 +252,7 @@ class LeaseManager:
             now = monotonic_ms()
             for p in list(self.partitions.values()):
                 if now >= p.valid_until + self.safety_ms:
+                    self.lapsed.add(p.id)
                     self.runtime.drop(p, "lease lapsed unrenewed", unheard=True)
 
     def coordinator_for(self, pid: int) -> int | None:
@@ -265,10 +268,8 @@ class LeaseManager:
         planned = self.plan.get(pid)
         if planned is not None and planned != self.node_id and planned in self.live_brokers:
             return planned
-        row = self.leases.get(pid)
-        mine = self.partitions.get(pid)
-        if not ((mine is not None) or (row is not None and row.owner_node_id == self.node_id)):
-            return None  # an orphan not yet claimed: its planned owner will
+        if pid not in self.lapsed and pid not in self.partitions:
+            return None  # e.g. an orphan not yet claimed: its planned owner will
         if self._successors is None:
             others = [n for n in self.live_brokers if n != self.node_id]
             current = {
