@@ -158,7 +158,8 @@ def test_a_group_consumes_and_commits_every_record_and_a_leaving_member_loses_no
     ("command", "balancer"),
     [
         # make verify only: once under make test's load the idempotent producer's InitProducerId
-        # was answered COORDINATOR_LOAD_IN_PROGRESS for 90 s (an open finding, issue 40's note)
+        # (relayed) was answered COORDINATOR_LOAD_IN_PROGRESS for 90 s by the upstream broker,
+        # whose producer-id manager says so while the controller owes it a block of ids
         pytest.param(
             "kgoconsumer",
             "cooperative-sticky",

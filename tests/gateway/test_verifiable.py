@@ -4,8 +4,9 @@ consumed, commits never going back, no partition owned twice, nothing skipped pa
 and a static member's bounce within its session timeout moves nobody else.
 
 Members bounce one at a time, cleanly (SIGTERM: the tool closes its consumer) or with kill -9,
-on each of the Java consumer's assignors, with manual and with auto commit. One static and one
-dynamic variant run in `make test`; the rest are `make verify`'s. The node, database, broker
+on each of the Java consumer's assignors, with manual and with auto commit. The dynamic
+cooperative kill -9 runs in `make test` (static bounces there come with the faults of
+test_verifiable_faults.py); the rest are `make verify`'s. The node, database, broker
 and network faults are in test_verifiable_faults.py and test_verifiable_brokers.py.
 """
 
@@ -43,7 +44,7 @@ PARTITIONS = 3  # the `topic` fixture's
 @pytest.mark.parametrize(
     ("assignor", "how"),
     [
-        ("range", "clean"),
+        pytest.param("range", "clean", marks=HEAVY),
         pytest.param("cooperative-sticky", "clean", marks=HEAVY),
         pytest.param("sticky", "kill-9", marks=HEAVY),
         pytest.param("roundrobin", "kill-9", marks=HEAVY),

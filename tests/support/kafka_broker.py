@@ -23,6 +23,7 @@ log dirs and whose partition leaders move on request (the gateway's upstream-fau
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -414,8 +415,8 @@ class KafkaCluster:
         two voters) and wait until the cluster lists every broker."""
         ensure_jars()
         cluster_id = random_cluster_id()
-        for node in self.nodes:
-            node.format(cluster_id)
+        with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as pool:  # a JVM each
+            list(pool.map(lambda node: node.format(cluster_id), self.nodes))
         for node in self.nodes:
             node.launch()
         self.wait_brokers({n.node_id for n in self.nodes}, timeout)
