@@ -53,6 +53,20 @@ async def eventually(check: object, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def hang_renewals(n: CoordinatorNode) -> None:
+    """From now on `n`'s lease renewals never answer, as over a dropped link; returns once one
+    hangs."""
+    stalled = asyncio.Event()
+
+    async def hang(*args: object) -> object:
+        stalled.set()
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    n.leasing.log.renew_leases = hang  # type: ignore[method-assign]
+    await asyncio.wait_for(stalled.wait(), TTL / 1000 * 2)
+
+
 def test_placement_is_even_sticky_and_deterministic() -> None:
     parts = list(range(-1, 16))
     one = plan(parts, [1], {})
@@ -145,15 +159,7 @@ async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapse
         await eventually(lambda: len(a.partitions) == 9)
         group = "alpha"
         assert a.find_coordinator(group, 0).broker is not None
-        stalled = asyncio.Event()
-
-        async def hang(*args: object) -> object:
-            stalled.set()
-            await asyncio.Event().wait()  # never answers
-            raise AssertionError
-
-        a.leasing.log.renew_leases = hang  # type: ignore[method-assign]
-        await asyncio.wait_for(stalled.wait(), TTL / 1000 * 2)
+        await hang_renewals(a)
         await eventually(lambda: a.find_coordinator(group, 0).broker is None, timeout=TTL / 1000)
         assert a.find_coordinator(group, 0).error is Error.COORDINATOR_NOT_AVAILABLE
         with pytest.raises(CoordinatorError) as refused:
@@ -178,15 +184,7 @@ async def test_a_node_cut_off_from_the_store_names_the_node_that_takes_over(
             g for g in (f"g{i}" for i in range(100)) if partition_for(g, 8) in a.partitions
         )
         assert a.find_coordinator(group, 0).broker.node_id == 1  # type: ignore[union-attr]
-        stalled = asyncio.Event()
-
-        async def hang(*args: object) -> object:
-            stalled.set()
-            await asyncio.Event().wait()  # never answers
-            raise AssertionError
-
-        a.leasing.log.renew_leases = hang  # type: ignore[method-assign]
-        await asyncio.wait_for(stalled.wait(), TTL / 1000 * 2)
+        await hang_renewals(a)
         await eventually(lambda: partition_for(group, 8) not in a.partitions)  # dropped, lapsed
         named = a.find_coordinator(group, 0)
         assert named.error is Error.NONE and named.broker is not None
