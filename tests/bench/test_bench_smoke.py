@@ -48,7 +48,7 @@ def test_every_figure_runs_and_reports_a_ratio(tmp_path: Path, pg_admin_dsn: str
                 )
             )
         for part, run in zip(phase, runs, strict=True):
-            _, stderr = run.communicate(timeout=900)  # beside the parallel phase
+            _, stderr = run.communicate(timeout=480)
             assert run.returncode == 0, f"{part}:\n{stderr[-6000:]}"
     sections: list[str] = []
     for out in outs:
