@@ -60,7 +60,7 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider --durations=10
 PURE_SUITES := tests/unit tests/protocol tests/runtime tests/fuzz
 test: test-setup
 	$(PYTEST) -n 3 --dist loadfile -m "not serial and not timed and not pure_python and not verify"; parallel=$$?; \
-	COORD_PURE_PYTHON=1 $(PYTEST) -n 2 --dist loadfile -m "not serial and not timed and not verify" $(PURE_SUITES); pure=$$?; \
+	COORD_PURE_PYTHON=1 $(PYTEST) -n 3 --dist loadfile -m "not serial and not timed and not verify" $(PURE_SUITES); pure=$$?; \
 	$(PYTEST) -n 2 --dist loadfile -m timed; timed=$$?; \
 	$(PYTEST) -m serial; serial=$$?; \
 	echo "make test: parallel phase exit $$parallel, pure-Python phase exit $$pure, timed phase exit $$timed, serial phase exit $$serial"; \

@@ -137,9 +137,10 @@ def consume_to_end(
 
 CLIENTS = [
     "kafkajs",
-    "java",
-    # make verify: test_records.py runs confluent-kafka's kill -9 in make test already, and
-    # tests/integration/test_real_clients.py the Python clients' coordinator kill
+    # make verify: test_records.py runs confluent-kafka's kill -9 in make test already,
+    # tests/integration/test_real_clients.py the Python clients' coordinator kill, and
+    # test_verifiable_faults.py the Java consumer's (Kafka's VerifiableConsumer)
+    pytest.param("java", marks=pytest.mark.verify),
     pytest.param("kafka-python", marks=pytest.mark.verify),
     pytest.param("aiokafka", marks=pytest.mark.verify),
     pytest.param("confluent", marks=pytest.mark.verify),
