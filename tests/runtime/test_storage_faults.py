@@ -195,30 +195,7 @@ async def test_a_frozen_postgresql_keeps_no_request_waiting(tmp_path: Path) -> N
             c.client_address = ("127.0.0.1", n.port)
             await c.until(lambda e: e == 0, 10)
             with pg.frozen():
-                commit = client.send(
-                    client.build_request(
-                        8,
-                        8,
-                        group_id="g",
-                        generation_id_or_member_epoch=-1,
-                        member_id="",
-                        group_instance_id=None,
-                        retention_time=-1,
-                        topics=[
-                            {
-                                "name": "t1",
-                                "partitions": [
-                                    {
-                                        "partition_index": 0,
-                                        "committed_offset": 1000,
-                                        "committed_leader_epoch": -1,
-                                        "committed_metadata": "",
-                                    }
-                                ],
-                            }
-                        ],
-                    )
-                )
+                commit = client.send(client.offset_commit_request("g", {("t1", 0): 1000}))
                 heartbeat = client.send(client.heartbeat_request("m", generation, member))
                 # a TTL of 2 s: answered long before this, unless they wait for the store
                 committed_reply, beat = await asyncio.wait_for(

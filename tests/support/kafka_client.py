@@ -362,7 +362,7 @@ class KafkaTestClient:
             )
         )
 
-    async def offset_commit(
+    def offset_commit_request(
         self,
         group_id: str,
         offsets: Mapping[tuple[str, int], int],
@@ -385,18 +385,21 @@ class KafkaTestClient:
                     "committed_metadata": metadata,
                 }
             )
-        return await self.request(
-            self.build_request(
-                8,
-                version,
-                group_id=group_id,
-                generation_id_or_member_epoch=generation_id,
-                member_id=member_id,
-                group_instance_id=group_instance_id,
-                retention_time=retention_time_ms,
-                topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-            )
+        return self.build_request(
+            8,
+            version,
+            group_id=group_id,
+            generation_id_or_member_epoch=generation_id,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            retention_time=retention_time_ms,
+            topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         )
+
+    async def offset_commit(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], **kwargs: Any
+    ) -> Any:
+        return await self.request(self.offset_commit_request(group_id, offsets, **kwargs))
 
     async def offset_fetch(
         self,
