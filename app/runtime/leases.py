@@ -40,6 +40,7 @@ class LoadError:
 
 
 LOAD_RETRY_MIN_MS = 1_000
+EXPIRY_MARGIN_MS = 5  # a round at a lease's expiry starts this much after it
 LOAD_RETRY_MAX_MS = 60_000
 
 
@@ -84,6 +85,8 @@ class LeaseManager:
         # the plan without this node, as its peers make it once it is gone (`coordinator_for`)
         self._successors: dict[int, int] | None = None
         self.lapsed: set[int] = set()  # partitions dropped unrenewed since the last good round
+        # loop time of the earliest other node's lease expiry the last round read (`run`)
+        self.expiry_round: float | None = None
 
     @property
     def partitions(self) -> dict[int, Partition]:
@@ -92,14 +95,20 @@ class LeaseManager:
     # ==== the lease round =======================================================================
 
     async def run(self) -> None:
-        # rounds start every TTL/4 from the previous round's start, not from its end, so a
-        # slow round (a slow database) does not stretch the renewal period
+        # Rounds start every TTL/4 from the previous round's start, not from its end, so a
+        # slow round (a slow database) does not stretch the renewal period. A lease of another
+        # node expiring before the next round (its node stopped renewing) gets a round of its
+        # own at that moment: a takeover waits for the lease, not for the lease plus up to
+        # TTL/4. Live nodes renew every TTL/4, so theirs never come due.
         interval = self.settings.lease_ttl_ms / 4000
         loop = asyncio.get_running_loop()
         next_round = loop.time() + interval
         while True:
-            await asyncio.sleep(max(next_round - loop.time(), 0))
-            next_round = loop.time() + interval
+            due = next_round if self.expiry_round is None else min(next_round, self.expiry_round)
+            await asyncio.sleep(max(due - loop.time(), 0))
+            self.expiry_round = None
+            if due >= next_round:
+                next_round = loop.time() + interval
             try:
                 await self.tick()
                 if self.round_error is not None:
@@ -161,6 +170,14 @@ class LeaseManager:
         self.node_heartbeats = {n.node_id: (n.heartbeat_ms, n.started_ms) for n in nodes}
         self.leases = leases
         self._successors = None
+        foreign = [
+            row.expires_at_ms
+            for row in leases.values()
+            if row.owner_node_id not in (None, self.node_id) and row.expires_at_ms > t0
+        ]
+        if foreign:  # mono0 is t0 on this node's clock
+            due_in_ms = mono0 + min(foreign) - t0 + EXPIRY_MARGIN_MS - monotonic_ms()
+            self.expiry_round = asyncio.get_running_loop().time() + max(due_in_ms, 0) / 1000
         current = {
             pid: row.owner_node_id
             for pid, row in leases.items()

@@ -28,9 +28,8 @@ async def node(url: str, node_id: int, **overrides: object) -> AsyncIterator[Coo
         node_id=node_id,
         kafka_listen=f"127.0.0.1:{19000 + node_id}",
         log_partitions=8,
-        lease_ttl_ms=TTL,
         topics="t1:3",
-        **overrides,
+        **{"lease_ttl_ms": TTL, **overrides},
     )
     event_log = await EventLog.open(url)
     writer = LogWriter(event_log, node_id)
@@ -142,6 +141,36 @@ async def test_a_crashed_node_is_replaced_after_the_lease_ttl(tmp_path: Path) ->
         took = asyncio.get_running_loop().time() - t0
         assert took >= TTL / 1000 * 0.5
         assert all(a.partitions[pid].epoch > e for pid, e in epochs.items())
+
+
+async def test_a_crashed_nodes_partitions_are_claimed_when_its_lease_expires(
+    tmp_path: Path,
+) -> None:
+    """The survivor's claim comes at the crashed node's lease expiry, in a round of its own,
+    not at its next regular round (up to TTL/4 later)."""
+    url = sqlite_url(tmp_path)
+    await upgrade_async(url)
+    ttl = 8000  # regular rounds 2 s apart
+    async with node(url, 1, lease_ttl_ms=ttl) as a, node(url, 2, lease_ttl_ms=ttl) as b:
+        await eventually(lambda: len(b.partitions) >= 4, timeout=ttl / 1000 * 2)
+        epochs = {pid: p.epoch for pid, p in b.partitions.items()}
+        claims: list[tuple[float, list[int]]] = []
+        acquire = a.leasing.log.acquire_leases
+
+        async def recorded(pids: list[int], *args: object, **kw: object) -> dict[int, int]:
+            claims.append((asyncio.get_running_loop().time(), list(pids)))
+            return await acquire(pids, *args, **kw)  # type: ignore[arg-type]
+
+        a.leasing.log.acquire_leases = recorded  # type: ignore[method-assign]
+        await b.stop(release=False)
+        store = a.leasing.log
+        rows = [r for r in await store.leases() if r.owner_node_id == 2]
+        loop = asyncio.get_running_loop()
+        expiry = loop.time() + (max(r.expires_at_ms for r in rows) - await store.clock_ms()) / 1000
+        await eventually(lambda: set(epochs) <= set(a.partitions), timeout=ttl / 1000 * 2)
+        taken = [t for t, pids in claims if set(pids) & set(epochs)]
+        # within 0.5 s of the expiry; a regular round would come anywhere in the 2 s after it
+        assert taken and expiry - 0.05 <= taken[0] <= expiry + 0.5, (taken, expiry)
 
 
 async def test_a_node_whose_store_hangs_stops_naming_itself_once_its_lease_lapses(
