@@ -38,6 +38,7 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16_I32 = struct.Struct(">hi")
 _I32_I32 = struct.Struct(">ii")
+_I64_I32 = struct.Struct(">qi")
 _NULL = _I32.pack(-1)
 
 
@@ -169,14 +170,8 @@ def decode_offset_key(key: bytes) -> tuple[str, str, int]:
 
 def _key_string(key: bytes, pos: int) -> tuple[str, int]:
     """The length-prefixed string at `pos` ("" for null) and the position after it."""
-    (n,) = _I32.unpack_from(key, pos)
-    pos += 4
-    if n < 0:
-        return "", pos
-    end = pos + n
-    if end > len(key):
-        raise ValueError("truncated record")
-    return key[pos:end].decode(), end
+    s, pos = _string_at(key, pos)
+    return ("" if s is None else s), pos
 
 
 def decode_topic_key(key: bytes) -> str:
@@ -247,33 +242,87 @@ def encode_group_value(v: GroupMetadataValue) -> bytes:
     return w.done()
 
 
+# MemberValue's fields, in order
+MemberFields = tuple[str, str | None, str, str, int, int, bytes, bytes]
+# GroupMetadataValue's fields, in order, the members as MemberFields
+GroupFields = tuple[
+    str, int, str | None, str | None, int, list[MemberFields], str | None, int, bool
+]
+
+
+def decode_group_fields(buf: bytes) -> GroupFields:
+    """A group value's fields as plain tuples: what a load replays, one per group, straight into
+    the group's state (decode_group_value's objects would be built only to be read once)."""
+    (version,) = _I16.unpack_from(buf, 0)  # each version appends fields to the previous layout
+    protocol_type, pos = _string_at(buf, 2)
+    (generation,) = _I32.unpack_from(buf, pos)
+    protocol_name, pos = _string_at(buf, pos + 4)
+    leader, pos = _string_at(buf, pos)
+    ts, count = _I64_I32.unpack_from(buf, pos)
+    pos += 12
+    members: list[MemberFields] = []
+    for _ in range(count):
+        member_id, pos = _string_at(buf, pos)
+        instance, pos = _string_at(buf, pos)
+        client_id, pos = _string_at(buf, pos)
+        host, pos = _string_at(buf, pos)
+        rebalance_ms, session_ms = _I32_I32.unpack_from(buf, pos)
+        subscription, pos = _bytes_at(buf, pos + 8)
+        assignment, pos = _bytes_at(buf, pos)
+        members.append((
+            member_id or "", instance, client_id or "", host or "", rebalance_ms, session_ms,
+            subscription, assignment,
+        ))  # fmt: skip
+    reason: str | None = None
+    started = -1
+    if version >= 1:
+        reason, pos = _string_at(buf, pos)
+        (started,) = _I64.unpack_from(buf, pos)
+        pos += 8
+    skip = version >= 2 and _I16.unpack_from(buf, pos)[0] != 0
+    protocol_type = protocol_type or ""
+    return protocol_type, generation, protocol_name, leader, ts, members, reason, started, skip
+
+
 def decode_group_value(buf: bytes) -> GroupMetadataValue:
-    r = _Reader(buf)
-    version = r.i16()  # each version appends fields to the previous layout
-    protocol_type = r.req_str()
-    generation = r.i32()
-    protocol_name = r.str_()
-    leader = r.str_()
-    ts = r.i64()
-    members = []
-    for _ in range(r.i32()):
-        members.append(
-            MemberValue(
-                member_id=r.req_str(),
-                group_instance_id=r.str_(),
-                client_id=r.req_str(),
-                client_host=r.req_str(),
-                rebalance_timeout_ms=r.i32(),
-                session_timeout_ms=r.i32(),
-                subscription=r.req_bytes(),
-                assignment=r.req_bytes(),
-            )
-        )
-    reason, started = (r.str_(), r.i64()) if version >= 1 else (None, -1)
-    skip = r.i16() != 0 if version >= 2 else False
-    return GroupMetadataValue(
-        protocol_type, generation, protocol_name, leader, ts, tuple(members), reason, started, skip
+    protocol_type, generation, name, leader, ts, members, reason, started, skip = (
+        decode_group_fields(buf)
     )
+    return GroupMetadataValue(
+        protocol_type,
+        generation,
+        name,
+        leader,
+        ts,
+        tuple([MemberValue(*m) for m in members]),
+        reason,
+        started,
+        skip,
+    )
+
+
+def _string_at(buf: bytes, pos: int) -> tuple[str | None, int]:
+    """The length-prefixed string at `pos` (None for length -1) and the position after it."""
+    (n,) = _I32.unpack_from(buf, pos)
+    pos += 4
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise ValueError("truncated record")
+    return buf[pos:end].decode(), end
+
+
+def _bytes_at(buf: bytes, pos: int) -> tuple[bytes, int]:
+    """The length-prefixed bytes at `pos` (b"" for null) and the position after it."""
+    (n,) = _I32.unpack_from(buf, pos)
+    pos += 4
+    if n < 0:
+        return b"", pos
+    end = pos + n
+    if end > len(buf):
+        raise ValueError("truncated record")
+    return buf[pos:end], end
 
 
 # OffsetValue.source: who committed (v1)

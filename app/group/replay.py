@@ -14,7 +14,6 @@ from app.group.records import (
     Record,
     RecordType,
     decode_group_key,
-    decode_group_value,
     decode_offset_key,
     decode_offset_value,
     decode_registration_value,
@@ -75,7 +74,7 @@ def _replay_group(groups: dict[str, Group], record: Record) -> None:
         else:
             groups.pop(group_id, None)
         return
-    group = Group.from_metadata(group_id, decode_group_value(record.value))
+    group = Group.from_value(group_id, record.value)
     if old is not None:  # the parts other records built stay as they are
         group.offsets = old.offsets
         group.registration = old.registration

@@ -23,6 +23,7 @@ from app.group.records import (
     OffsetValue,
     Record,
     RegistrationValue,
+    decode_group_fields,
     group_record,
     registration_record,
 )
@@ -70,7 +71,7 @@ class JoinPhase(Enum):
 
 def interned(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
     """The protocol names shared with every other member naming them (see Member)."""
-    return tuple((sys.intern(name), meta) for name, meta in protocols)
+    return tuple([(sys.intern(name), meta) for name, meta in protocols])  # a list: compiled
 
 
 @dataclass(slots=True)
@@ -90,15 +91,39 @@ class Member:
     awaiting_sync: int | None = None  # handle of the parked SyncGroup
     is_new: bool = False
 
-    def __post_init__(self) -> None:
+    # The hot dataclasses' __init__ are written out: mypyc compiles these, while the one
+    # `dataclass` generates runs interpreted (a fifth of a load's replay).
+    def __init__(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: tuple[tuple[str, bytes], ...],
+        assignment: bytes = b"",
+        awaiting_join: int | None = None,
+        awaiting_sync: int | None = None,
+        is_new: bool = False,
+    ) -> None:
         # Most members of a fleet share these strings (a client library's protocol names, a
         # host, often a client id); each arrives as its own copy from the wire or the log.
         # Interned, a member holds references, not copies (mortal: freed with their last
         # member, so ids a client makes up cannot pile up).
-        self.client_id = sys.intern(self.client_id)
-        self.client_host = sys.intern(self.client_host)
-        self.protocol_type = sys.intern(self.protocol_type)
-        self.protocols = interned(self.protocols)
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = sys.intern(client_id)
+        self.client_host = sys.intern(client_host)
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocol_type = sys.intern(protocol_type)
+        self.protocols = interned(protocols)
+        self.assignment = assignment
+        self.awaiting_join = awaiting_join
+        self.awaiting_sync = awaiting_sync
+        self.is_new = is_new
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, meta in self.protocols:
@@ -193,6 +218,20 @@ class GroupTransient:
     registration_writes: int = 0
     registration_unwritten: bool = False
 
+    def __init__(self) -> None:  # every group has one (see Member.__init__)
+        self.previous_state = EMPTY
+        self.pending_members = set()
+        self.pending_sync = set()
+        self.join_phase = None
+        self.new_member_added = False
+        self.initial_window_ms = 0
+        self.initial_remaining_ms = 0
+        self.assignment_write_generation = None
+        self.static_in_flight = {}
+        self.pending_offset_commits = {}
+        self.registration_writes = 0
+        self.registration_unwritten = False
+
 
 _NOTHING_REGISTERED: Mapping[str, None] = MappingProxyType({})
 
@@ -222,39 +261,65 @@ class Group:
     # -- transient ---------------------------------------------------------------------------
     transient: GroupTransient = field(default_factory=GroupTransient)
 
+    def __init__(  # see Member.__init__
+        self,
+        group_id: str,
+        state: GroupState = EMPTY,
+        state_timestamp: int | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+        generation: int = 0,
+        offsets: dict[tuple[str, int], OffsetValue] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.state = state
+        self.state_timestamp = state_timestamp
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.generation = generation
+        self.leader_id = None
+        self.members = {}
+        self.rebalance_reason = None
+        self.rebalance_started_ms = -1
+        self.static_members = {}
+        self.protocol_support = {}
+        self.awaiting_join_count = 0
+        self.offsets = {} if offsets is None else offsets
+        self.registration = None
+        self.transient = GroupTransient()
+
     # -- records ----------------------------------------------------------------------------
 
     @classmethod
-    def from_metadata(cls, group_id: str, v: GroupMetadataValue) -> Group:
-        """The membership part as a GROUP_METADATA record holds it (the inverse of
+    def from_value(cls, group_id: str, value: bytes) -> Group:
+        """The membership part as a GROUP_METADATA record's value holds it (the inverse of
         `metadata_record`)."""
-        group = cls(
-            group_id,
-            state=STABLE if v.members else EMPTY,
-            state_timestamp=None if v.current_state_timestamp < 0 else v.current_state_timestamp,
-            protocol_type=v.protocol_type or None,
-            protocol_name=v.protocol_name,
-            generation=v.generation,
+        protocol_type, generation, name, leader, ts, members, reason, started, _ = (
+            decode_group_fields(value)
         )
-        for mv in v.members:
+        # Group(), not cls(): a native call, not one through the argument parser
+        group = Group(group_id, STABLE if members else EMPTY, None if ts < 0 else ts,
+                      protocol_type or None, name, generation)  # fmt: skip
+        # shared by every member: interned once here, Member's own intern finds them so
+        protocol_type = sys.intern(protocol_type)
+        protocol = sys.intern(name or "")
+        for member_id, instance, client, host, rebalance_ms, session_ms, sub, assigned in members:
             group.add(
                 Member(
-                    member_id=mv.member_id,
-                    group_instance_id=mv.group_instance_id,
-                    client_id=mv.client_id,
-                    client_host=mv.client_host,
-                    rebalance_timeout_ms=mv.rebalance_timeout_ms
-                    if mv.rebalance_timeout_ms >= 0
-                    else mv.session_timeout_ms,
-                    session_timeout_ms=mv.session_timeout_ms,
-                    protocol_type=v.protocol_type,
-                    protocols=((v.protocol_name or "", mv.subscription),),
-                    assignment=mv.assignment,
+                    member_id,
+                    instance,
+                    client,
+                    host,
+                    rebalance_ms if rebalance_ms >= 0 else session_ms,
+                    session_ms,
+                    protocol_type,
+                    ((protocol, sub),),
+                    assigned,
                 )
             )
-        group.leader_id = v.leader
-        group.rebalance_reason = v.rebalance_reason
-        group.rebalance_started_ms = v.rebalance_started_ms
+        group.leader_id = leader
+        group.rebalance_reason = reason
+        group.rebalance_started_ms = started
         return group
 
     def metadata_record(
